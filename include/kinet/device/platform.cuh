@@ -1,0 +1,143 @@
+// kinet — host/device vocabulary shared by every header that is compiled both
+// by nvcc (kernels) and by a plain C++20 compiler (host threads, the emulator).
+// One macro set, one atomic wrapper, one named helper per ordering need.
+#pragma once
+#include <cstdint>
+#include <cstddef>
+
+#if defined(__CUDACC__)
+#include <cuda/atomic>
+#include <atomic>
+#include <chrono>
+#define KINET_HD __host__ __device__ __forceinline__
+#define KINET_HOST_DEVICE __host__ __device__
+#else
+#include <atomic>
+#include <chrono>
+#define KINET_HD inline __attribute__((always_inline))
+#define KINET_HOST_DEVICE
+#endif
+
+#if defined(__CUDA_ARCH__)
+#define KINET_ON_DEVICE 1
+#else
+#define KINET_ON_DEVICE 0
+#endif
+
+namespace kinet {
+
+// Visibility scope of an atomic or a fence. On the host every scope is the
+// whole process (std::atomic_ref); on the GPU it selects .cta/.gpu/.sys.
+enum class Scope : uint8_t { Thread, Cta, Gpu, System };
+
+namespace detail {
+
+KINET_HD constexpr uint32_t bswap32_constexpr(uint32_t x) {
+  return (x >> 24) | ((x >> 8) & 0xff00u) | ((x << 8) & 0xff0000u) | (x << 24);
+}
+
+KINET_HD uint32_t bswap32(uint32_t x) {
+#if KINET_ON_DEVICE
+  return __byte_perm(x, 0, 0x0123);  // one PRMT
+#else
+  return __builtin_bswap32(x);
+#endif
+}
+KINET_HD uint16_t bswap16(uint16_t x) { return static_cast<uint16_t>((x >> 8) | (x << 8)); }
+KINET_HD uint64_t bswap64(uint64_t x) {
+  return (static_cast<uint64_t>(bswap32(static_cast<uint32_t>(x))) << 32) |
+         bswap32(static_cast<uint32_t>(x >> 32));
+}
+
+#if defined(__CUDACC__)
+template <Scope S> struct cuda_scope;
+template <> struct cuda_scope<Scope::Thread> { static constexpr auto v = cuda::thread_scope_thread; };
+template <> struct cuda_scope<Scope::Cta> { static constexpr auto v = cuda::thread_scope_block; };
+template <> struct cuda_scope<Scope::Gpu> { static constexpr auto v = cuda::thread_scope_device; };
+template <> struct cuda_scope<Scope::System> { static constexpr auto v = cuda::thread_scope_system; };
+template <class T, Scope S> using atomic_ref_t = cuda::atomic_ref<T, cuda_scope<S>::v>;
+namespace mo = cuda::std;
+#else
+template <class T, Scope S> using atomic_ref_t = std::atomic_ref<T>;
+namespace mo = std;
+#endif
+
+}  // namespace detail
+
+// ---- atomics over plain memory (libcu++ on the GPU, std::atomic_ref on the host) ----
+template <Scope S, class T> KINET_HD T load_relaxed(T* p) {
+  return detail::atomic_ref_t<T, S>(*p).load(detail::mo::memory_order_relaxed);
+}
+template <Scope S, class T> KINET_HD T load_acquire(T* p) {
+  return detail::atomic_ref_t<T, S>(*p).load(detail::mo::memory_order_acquire);
+}
+template <Scope S, class T> KINET_HD void store_relaxed(T* p, T v) {
+  detail::atomic_ref_t<T, S>(*p).store(v, detail::mo::memory_order_relaxed);
+}
+template <Scope S, class T> KINET_HD void store_release(T* p, T v) {
+  detail::atomic_ref_t<T, S>(*p).store(v, detail::mo::memory_order_release);
+}
+template <Scope S, class T> KINET_HD T fetch_add_relaxed(T* p, T v) {
+  return detail::atomic_ref_t<T, S>(*p).fetch_add(v, detail::mo::memory_order_relaxed);
+}
+template <Scope S, class T> KINET_HD bool cas_relaxed(T* p, T& expected, T desired) {
+  return detail::atomic_ref_t<T, S>(*p).compare_exchange_strong(
+      expected, desired, detail::mo::memory_order_relaxed, detail::mo::memory_order_relaxed);
+}
+template <Scope S, class T> KINET_HD bool try_lock(T* p) {
+  T expected = 0;
+  return detail::atomic_ref_t<T, S>(*p).compare_exchange_strong(
+      expected, T(1), detail::mo::memory_order_acquire, detail::mo::memory_order_relaxed);
+}
+template <Scope S, class T> KINET_HD void unlock(T* p) { store_release<S>(p, T(0)); }
+// Raises *p to v if smaller; returns the old value.
+template <Scope S, class T> KINET_HD T fetch_max_relaxed(T* p, T v) {
+  detail::atomic_ref_t<T, S> r(*p);
+  T cur = r.load(detail::mo::memory_order_relaxed);
+  while (cur < v && !r.compare_exchange_weak(cur, v, detail::mo::memory_order_relaxed,
+                                             detail::mo::memory_order_relaxed)) {
+  }
+  return cur;
+}
+
+// ---- fences ----
+template <Scope S> KINET_HD void fence_release() {
+#if KINET_ON_DEVICE
+  if constexpr (S == Scope::Cta) asm volatile("fence.acq_rel.cta;" ::: "memory");
+  else if constexpr (S == Scope::Gpu) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  else if constexpr (S == Scope::System) asm volatile("fence.acq_rel.sys;" ::: "memory");
+#else
+  if constexpr (S != Scope::Thread) std::atomic_thread_fence(std::memory_order_release);
+#endif
+}
+template <Scope S> KINET_HD void fence_acquire() {
+#if KINET_ON_DEVICE
+  fence_release<S>();  // fence.acq_rel covers both directions
+#else
+  if constexpr (S != Scope::Thread) std::atomic_thread_fence(std::memory_order_acquire);
+#endif
+}
+
+// ---- time, for bounded waits ----
+KINET_HD uint64_t now_ns() {
+#if KINET_ON_DEVICE
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#else
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+#endif
+}
+
+// Gentle back-off inside spin loops.
+KINET_HD void spin_pause() {
+#if KINET_ON_DEVICE
+  __nanosleep(32);
+#elif defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace kinet

@@ -1,0 +1,188 @@
+// kinet — device verbs: post RDMA work requests in the mlx5 wire format, ring
+// the doorbell and poll completions, from CUDA threads or from host threads.
+//
+// Header-only. The same code is compiled by nvcc for kernels and by a plain
+// C++20 compiler for host threads (tests, tools, the emulator's users).
+//
+// Posting is split in steps so callers can batch and cooperate:
+//   reserve(n)   -> indices [first, first+n) of the send ring are yours
+//   prepare_*()  -> write each 64-byte WQE into its slot
+//   publish()    -> in reservation order, mark the slots ready
+//   ring_doorbell() -> doorbell record, then doorbell word, for everything ready
+// The one-call helpers (put, get, ...) do all four. Completions are tracked
+// as tickets: a ticket is 1 + the ring index of the last WQE of an operation.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kinet/device/platform.cuh"
+#include "kinet/mlx5/wire.hpp"
+#include "kinet/status.hpp"
+
+namespace kinet {
+
+// Memory keys as the NIC reads them: already big-endian. Made by the host
+// (kinet::MemoryRegion::lkey()/rkey()); the hot path never swaps them.
+struct Lkey { uint32_t be; };
+struct Rkey { uint32_t be; };
+
+namespace dev {
+
+// Who may post to one QP concurrently. Selects the atomics' scope.
+enum class Sharing : uint8_t {
+  Exclusive,  // one thread owns the QP: plain loads and stores
+  Cta,        // threads of one CTA (host builds: any threads)
+  Gpu,        // threads of the whole GPU (host builds: any threads)
+};
+template <Sharing S> inline constexpr Scope kScope =
+    S == Sharing::Exclusive ? Scope::Thread : (S == Sharing::Cta ? Scope::Cta : Scope::Gpu);
+
+// Flags of one operation.
+enum OpFlags : uint32_t {
+  kSignal = 1u << 0,      // request a CQE for the (last) WQE of this operation
+  kNoDoorbell = 1u << 1,  // publish but do not ring: a later op, ring_doorbell(), wait() or quiet() rings
+  kFence = 1u << 2,       // NIC fence: wait for earlier reads/atomics of this QP before executing
+};
+
+struct Ticket { uint64_t idx = 0; };  // 1 + ring index of the operation's last WQE; 0 = nothing
+
+// Posting bookkeeping of one QP, shared by the threads that post to it.
+// Zero-initialised by the host; lives in memory all posting threads reach
+// (GPU memory for kernels, host memory for host threads). Indices are
+// free-running 64-bit counters; ring slot = index & (n - 1).
+struct QpState {
+  uint64_t reserved;   // next index to hand out
+  uint64_t ready;      // every WQE below this is written and published
+  uint64_t rung;       // every WQE below this has been announced to the NIC
+  uint64_t signaled;   // 1 + index of the highest WQE that requests a CQE
+  uint64_t completed;  // every WQE below this has completed (from CQEs)
+  uint64_t error_wqe;  // ring index of the WQE of the first error CQE
+  uint32_t cq_ci;      // CQEs consumed
+  uint32_t db_lock;
+  uint32_t cq_lock;
+  int32_t error_status;  // Status of the first error CQE (0 = none)
+  uint8_t error_syndrome;
+  uint8_t error_vendor_syndrome;
+  uint8_t broken;        // a reservation was abandoned after a timeout
+  uint8_t pad[5];
+};
+static_assert(sizeof(QpState) == 72);
+
+struct CqHandle {
+  mlx5::Cqe64* cqes;  // 2^log_n entries
+  uint32_t* dbrec;    // [0] consumer index (BE, low 24 bits)
+  uint32_t log_n;
+  uint32_t cqn;
+};
+
+// Trivially copyable device handle of one RC send queue and its CQ. Built by
+// the host (kinet::QueuePair::handle()) and passed to kernels by value.
+struct QpHandle {
+  uint8_t* sq;          // 2^log_n slots of 64 B
+  uint32_t* dbrec;      // doorbell record; [1] = send producer index (BE)
+  uint64_t* db;         // doorbell register (UAR, or the emulator's)
+  QpState* state;
+  CqHandle cq;
+  uint64_t timeout_ns;  // bound of every wait
+  uint32_t log_n;
+  uint32_t qpn;
+  uint32_t qpn_be8;     // big-endian (qpn << 8): ctrl.qpn_ds = qpn_be8 | ds << 24
+  uint32_t max_msg;     // most bytes one WQE carries; larger transfers are split
+  uint32_t signal_period;  // power of two <= n/2: WQE i always requests a CQE when (i+1) % period == 0
+  uint8_t rings_in_gpu_memory;  // selects the fence scope before the doorbell record
+  uint8_t pad[3];
+
+  KINET_HD uint32_t size() const { return 1u << log_n; }
+};
+
+// ---------------------------------------------------------------------------
+// Low-level steps. All take the sharing mode as a template parameter; every
+// thread posting to one QP must use the same mode.
+
+// Reserves n consecutive WQE slots (1 <= n <= size()/2) and stores the first
+// index in *first. Waits (bounded) for free slots, ringing and polling the CQ
+// meanwhile. A reservation must be published, even if unused (prepare_nop):
+// later reservations wait for it.
+template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint64_t* first);
+// Like reserve, but never waits: returns NoSpace when the ring is full.
+template <Sharing S> KINET_HD Status try_reserve(const QpHandle& q, uint32_t n, uint64_t* first);
+
+// Writers of one 64-byte WQE at ring index idx. `flags`: kSignal, kFence.
+// Byte counts are <= q.max_msg; addresses and keys are not checked here: the
+// NIC checks them and reports a bad one as an error CQE.
+template <Sharing S> KINET_HD void prepare_nop(const QpHandle& q, uint64_t idx, uint32_t flags);
+template <Sharing S> KINET_HD void prepare_write(const QpHandle& q, uint64_t idx, const void* laddr, Lkey lkey,
+                                                 uint64_t raddr, Rkey rkey, uint32_t bytes, uint32_t flags);
+// Inline write: the payload (<= mlx5::kMaxInlineOneBB bytes) is copied into the WQE.
+template <Sharing S> KINET_HD void prepare_write_inline(const QpHandle& q, uint64_t idx, const void* data,
+                                                        uint32_t bytes, uint64_t raddr, Rkey rkey, uint32_t flags);
+template <Sharing S> KINET_HD void prepare_read(const QpHandle& q, uint64_t idx, void* laddr, Lkey lkey,
+                                                uint64_t raddr, Rkey rkey, uint32_t bytes, uint32_t flags);
+// 8-byte atomics on raddr (8-byte aligned); the old remote value lands at result.
+template <Sharing S> KINET_HD void prepare_fetch_add(const QpHandle& q, uint64_t idx, uint64_t* result, Lkey lkey,
+                                                     uint64_t raddr, Rkey rkey, uint64_t add, uint32_t flags);
+template <Sharing S> KINET_HD void prepare_compare_swap(const QpHandle& q, uint64_t idx, uint64_t* result,
+                                                        Lkey lkey, uint64_t raddr, Rkey rkey, uint64_t compare,
+                                                        uint64_t swap, uint32_t flags);
+
+// Marks [first, first+n) ready, in reservation order: waits (bounded) until
+// every earlier reservation is published. WQE stores are visible to whoever
+// rings the doorbell before the slots count as ready.
+template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, uint32_t n);
+
+// Ensures every published WQE below `upto` has been announced to the NIC:
+// doorbell record, then doorbell word. Any thread may ring for others.
+template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t upto);
+
+// Consumes the CQEs that have arrived and advances the completed index.
+// Returns Ok, or TimeoutLock. Errors are recorded in the QP state and
+// reported by test()/wait() for the tickets they concern.
+template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q);
+
+// Ok when the ticket's WQEs completed, Pending when not yet, or the error of
+// its completion: the fault's status for the WQE that faulted, WrFlushed for
+// WQEs after it (the QP is in the error state).
+template <Sharing S> KINET_HD Status test(const QpHandle& q, Ticket t);
+// Waits (bounded) for a ticket. If no WQE at or after the ticket requested a
+// CQE, posts a signalled NOP so that one will come.
+template <Sharing S> KINET_HD Status wait(const QpHandle& q, Ticket t);
+// Waits for everything reserved so far on this QP.
+template <Sharing S> KINET_HD Status quiet(const QpHandle& q);
+
+// ---------------------------------------------------------------------------
+// One-call operations: reserve, prepare, publish, ring (unless kNoDoorbell).
+// *t (optional) receives the ticket. The payload of src may be reused only
+// after the ticket completes. Transfers larger than q.max_msg are split into
+// several WQEs; the ticket covers all of them.
+
+// RDMA write of bytes from src (registered under lkey) to raddr (rkey).
+template <Sharing S> KINET_HD Status put(const QpHandle& q, const void* src, Lkey lkey, uint64_t raddr, Rkey rkey,
+                                         size_t bytes, uint32_t flags = 0, Ticket* t = nullptr);
+// RDMA write with the payload inside the WQE: src needs no registration and is
+// reusable on return. bytes <= mlx5::kMaxInlineOneBB, else InvalidArgument.
+template <Sharing S> KINET_HD Status put_inline(const QpHandle& q, const void* src, uint32_t bytes, uint64_t raddr,
+                                                Rkey rkey, uint32_t flags = 0, Ticket* t = nullptr);
+// RDMA read of bytes at raddr into dst. dst holds the data once the ticket completes.
+template <Sharing S> KINET_HD Status get(const QpHandle& q, void* dst, Lkey lkey, uint64_t raddr, Rkey rkey,
+                                         size_t bytes, uint32_t flags = 0, Ticket* t = nullptr);
+// Remote 8-byte fetch-add / compare-and-swap; *result gets the old value once the ticket completes.
+template <Sharing S> KINET_HD Status fetch_add(const QpHandle& q, uint64_t* result, Lkey lkey, uint64_t raddr,
+                                               Rkey rkey, uint64_t add, uint32_t flags = 0, Ticket* t = nullptr);
+template <Sharing S> KINET_HD Status compare_swap(const QpHandle& q, uint64_t* result, Lkey lkey, uint64_t raddr,
+                                                  Rkey rkey, uint64_t compare, uint64_t swap, uint32_t flags = 0,
+                                                  Ticket* t = nullptr);
+// put, then a fetch-add of `add` on the remote signal word sig_raddr. The
+// signal is visible at the target only after the payload of this put and of
+// every earlier operation on this QP (RC ordering: the responder executes the
+// atomic after the writes before it). scratch receives the old signal value.
+template <Sharing S> KINET_HD Status put_signal(const QpHandle& q, const void* src, Lkey lkey, uint64_t raddr,
+                                                Rkey rkey, size_t bytes, uint64_t sig_raddr, Rkey sig_rkey,
+                                                uint64_t add, uint64_t* scratch, Lkey scratch_lkey,
+                                                uint32_t flags = 0, Ticket* t = nullptr);
+// A NOP WQE (with kSignal: a completion marker).
+template <Sharing S> KINET_HD Status nop(const QpHandle& q, uint32_t flags = 0, Ticket* t = nullptr);
+
+}  // namespace dev
+}  // namespace kinet
+
+#include "kinet/device/impl/qp_funcs.cuh"

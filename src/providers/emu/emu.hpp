@@ -1,0 +1,99 @@
+// kinet emu — the software NIC. Internal header.
+//
+// A Nic is one emulated ConnectX: a memory-key table, QPs, and an engine
+// thread that watches each QP's doorbell record and executes its send WQEs
+// as the hardware does (in order per QP, keys/bounds/access checked, CQEs
+// only when requested, error CQE + QP error state + flush on a fault).
+// Nics of one process reach each other through the Fabric (fabric.hpp).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kinet/kinet.hpp"
+
+namespace kinet::emu {
+
+struct MrEntry {
+  uint64_t addr = 0;
+  uint64_t len = 0;
+  uint32_t access = 0;
+  uint32_t pd = 0;
+  MemoryKind kind = MemoryKind::Host;
+};
+
+struct Nic;
+
+// One RC QP with its send ring and CQ, shared by the host object, the
+// engine and the fabric (peers executing against it).
+struct EmuQp {
+  std::shared_ptr<Nic> nic;
+  uint32_t qpn = 0;
+  uint32_t pd = 0;
+  QpConfig cfg;
+  uint32_t log_n = 0;
+  uint32_t max_msg = 0;
+  // Memory the poster and the engine share.
+  uint8_t* sq = nullptr;
+  uint32_t* dbrec = nullptr;     // [1]: send counter
+  uint64_t* db = nullptr;        // doorbell register (8 B "UAR")
+  dev::QpState* qstate = nullptr;
+  mlx5::Cqe64* cqes = nullptr;
+  uint32_t* cq_dbrec = nullptr;  // [0]: consumer index
+  uint8_t* block = nullptr;      // one allocation holding all of the above
+  bool block_on_gpu = false;
+  // Control state.
+  std::atomic<QpState> state{QpState::Reset};
+  uint32_t remote_access = 0;
+  uint64_t remote_node = 0;
+  uint32_t remote_qpn = 0;
+  // Engine-side progress (touched by the engine thread only).
+  uint64_t sq_ci = 0;  // WQEs executed or flushed
+  uint64_t cq_pi = 0;  // CQEs written
+  mutable std::mutex err_mu;
+  std::string last_error;
+
+  ~EmuQp();
+};
+
+struct Nic {
+  std::string name;
+  uint64_t node = 0;  // fabric address
+  DeviceAttr attr;
+  // Memory keys.
+  std::shared_mutex mr_mu;
+  std::unordered_map<uint32_t, MrEntry> mrs;
+  uint32_t next_mr_index = 0x1000;
+  uint8_t key_tag = 0;
+  // QPs.
+  std::mutex qp_mu;
+  std::unordered_map<uint32_t, std::shared_ptr<EmuQp>> qps;
+  std::atomic<uint64_t> qp_generation{0};
+  uint32_t next_qpn = 0x48;
+  std::atomic<uint32_t> next_pd{1};
+  // Serialises atomics on GPU memory (host memory uses CPU atomics).
+  std::mutex gpu_atomic_mu;
+  // Engine.
+  std::atomic<bool> stop{false};
+  std::thread engine;
+
+  bool lookup_mr(uint32_t key, MrEntry* out);
+  std::shared_ptr<EmuQp> find_qp(uint32_t qpn);
+  void run_engine();
+};
+
+// ---- fabric: the Nics of this process, by address ----
+std::shared_ptr<Nic> fabric_find(uint64_t node);
+// Registers a new Nic; `want` = "emu" (first free emuN) or "emuN". Throws if taken.
+void fabric_add(const std::shared_ptr<Nic>& nic, std::string_view want);
+void fabric_remove(uint64_t node);
+
+std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt);
+
+}  // namespace kinet::emu

@@ -1,0 +1,304 @@
+// kinet emu — the engine: executes send WQEs as an mlx5 NIC would.
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/cuda_shim.hpp"
+#include "core/log.hpp"
+#include "providers/emu/decode.hpp"
+#include "providers/emu/emu.hpp"
+
+namespace kinet::emu {
+namespace {
+
+using kinet::detail::bswap32;
+
+std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+// Copies between registered buffers of either kind.
+void move_bytes(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n) {
+  if (n == 0) return;
+  if (dk == MemoryKind::Host && sk == MemoryKind::Host) std::memcpy(dst, src, n);
+  else cuda::copy(dst, src, n);
+}
+
+struct Fault {
+  uint8_t syndrome = 0;
+  std::string why;
+  explicit operator bool() const { return syndrome != 0; }
+};
+
+class QpRunner {
+ public:
+  QpRunner(Nic& nic, EmuQp& qp) : nic_(nic), qp_(qp) {}
+
+  // Executes every WQE the doorbell record announces. Returns true if any work was done.
+  bool step() {
+    const QpState st = qp_.state.load(std::memory_order_acquire);
+    if (st == QpState::Reset) return false;  // hardware ignores a RESET QP's doorbell
+    const uint32_t rec = bswap32(load_acquire<Scope::System>(&qp_.dbrec[mlx5::kSendDbrIndex])) & 0xffffu;
+    const uint64_t target = qp_.sq_ci + static_cast<uint16_t>(rec - static_cast<uint16_t>(qp_.sq_ci));
+    if (target == qp_.sq_ci) return false;
+    while (qp_.sq_ci < target) {
+      if (!execute_one(qp_.sq_ci)) return true;  // CQ overrun: stop here
+      ++qp_.sq_ci;
+    }
+    return true;
+  }
+
+ private:
+  Nic& nic_;
+  EmuQp& qp_;
+
+  uint32_t cq_size() const { return 1u << qp_.log_n; }
+
+  // Writes one CQE. Everything but the last 4 bytes first; then the tail word
+  // (wqe_counter, signature, op_own with the owner bit) with release, so a
+  // poller that sees the owner flip sees the whole entry.
+  bool write_cqe(uint64_t wqe_idx, uint8_t cqe_opcode, uint8_t syndrome, uint8_t wqe_opcode, uint32_t byte_cnt) {
+    const uint32_t ci = bswap32(load_acquire<Scope::System>(&qp_.cq_dbrec[mlx5::kCqDbrConsumerIndex])) & 0xffffffu;
+    if (((static_cast<uint32_t>(qp_.cq_pi) - ci) & 0xffffffu) >= cq_size()) {
+      fail_qp("CQ overrun: " + std::to_string(cq_size()) + " CQEs outstanding and none consumed");
+      return false;
+    }
+    uint8_t body[60] = {};
+    const uint32_t bc = bswap32(byte_cnt);
+    std::memcpy(body + 44, &bc, 4);
+    if (cqe_opcode == mlx5::kCqeReqErr) {
+      body[54] = 0;  // vendor syndrome: none in emu
+      body[55] = syndrome;
+    }
+    const uint32_t sop = bswap32((uint32_t(wqe_opcode) << 24) | qp_.qpn);
+    std::memcpy(body + 56, &sop, 4);
+    const uint16_t wc = static_cast<uint16_t>(wqe_idx);
+    const uint8_t owner = static_cast<uint8_t>((qp_.cq_pi >> qp_.log_n) & 1u);
+    const uint8_t op_own = static_cast<uint8_t>((cqe_opcode << 4) | owner);
+    const uint8_t tail_bytes[4] = {static_cast<uint8_t>(wc >> 8), static_cast<uint8_t>(wc), 0, op_own};
+    uint32_t tail;
+    std::memcpy(&tail, tail_bytes, 4);
+    uint8_t* slot = reinterpret_cast<uint8_t*>(qp_.cqes + (qp_.cq_pi & (cq_size() - 1)));
+    if (qp_.block_on_gpu) {
+      cuda::copy(slot, body, sizeof body);
+      cuda::copy(slot + 60, &tail, 4);
+    } else {
+      std::memcpy(slot, body, sizeof body);
+      store_release<Scope::System>(reinterpret_cast<uint32_t*>(slot + 60), tail);
+    }
+    ++qp_.cq_pi;
+    return true;
+  }
+
+  void fail_qp(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> g(qp_.err_mu);
+      if (qp_.last_error.empty()) qp_.last_error = why;
+    }
+    qp_.state.store(QpState::Error, std::memory_order_release);
+    KINET_LOG(Warn, "%s: QP %s moved to ERROR: %s", nic_.name.c_str(), hex(qp_.qpn).c_str(), why.c_str());
+  }
+
+  bool execute_one(uint64_t idx) {
+    uint8_t bb[64];
+    const uint8_t* slot = qp_.sq + (idx & (cq_size() - 1)) * mlx5::kSendWqeBB;
+    if (qp_.block_on_gpu) cuda::copy(bb, slot, sizeof bb);
+    else std::memcpy(bb, slot, sizeof bb);
+    DecodedWqe w;
+    std::string why;
+    const bool ok = decode_send_wqe(bb, &w, &why);
+
+    const QpState st = qp_.state.load(std::memory_order_acquire);
+    if (st == QpState::Error)  // flush: every WQE completes in error, signalled or not
+      return write_cqe(idx, mlx5::kCqeReqErr, mlx5::kSynWrFlush, w.opcode, 0);
+
+    Fault f;
+    if (st != QpState::Rts) {
+      f = {mlx5::kSynLocalQpOp, std::string("doorbell rung while the QP is in state ") + qp_state_name(st) +
+                                    " (post only after to_rts())"};
+    } else if (!ok) {
+      f = {mlx5::kSynLocalQpOp, "malformed WQE: " + why};
+    } else if (w.qpn != qp_.qpn) {
+      f = {mlx5::kSynLocalQpOp, "WQE names QP " + hex(w.qpn) + " but was posted on QP " + hex(qp_.qpn)};
+    } else if (w.wqe_index != static_cast<uint16_t>(idx)) {
+      f = {mlx5::kSynLocalQpOp, "WQE index field " + std::to_string(w.wqe_index) + " does not match its slot (" +
+                                    std::to_string(static_cast<uint16_t>(idx)) + ")"};
+    } else {
+      f = execute(w);
+    }
+    if (f) {
+      char head[96];
+      std::snprintf(head, sizeof head, "WQE %llu %s %llu B: ", static_cast<unsigned long long>(idx),
+                    opcode_name(w.opcode), static_cast<unsigned long long>(w.total_len()));
+      {
+        std::lock_guard<std::mutex> g(qp_.err_mu);
+        if (qp_.last_error.empty()) qp_.last_error = head + f.why;
+      }
+      qp_.state.store(QpState::Error, std::memory_order_release);
+      KINET_LOG(Info, "%s: QP %s: %s%s -> error CQE syndrome 0x%02x, QP in ERROR", nic_.name.c_str(),
+                hex(qp_.qpn).c_str(), head, f.why.c_str(), f.syndrome);
+      return write_cqe(idx, mlx5::kCqeReqErr, f.syndrome, w.opcode, 0);
+    }
+    if (w.signaled) return write_cqe(idx, mlx5::kCqeReq, 0, w.opcode, static_cast<uint32_t>(w.total_len()));
+    return true;
+  }
+
+  // Local side: every SGE inside an MR of this Nic and the QP's PD.
+  Fault check_local(const DecodedWqe& w, bool writes_local, MrEntry* mrs) {
+    for (int i = 0; i < w.nsge; ++i) {
+      const Sge& s = w.sge[i];
+      if (!nic_.lookup_mr(s.lkey, &mrs[i]))
+        return {mlx5::kSynLocalProt, "lkey " + hex(s.lkey) + " is not registered on " + nic_.name};
+      const MrEntry& m = mrs[i];
+      if (m.pd != qp_.pd)
+        return {mlx5::kSynLocalProt, "lkey " + hex(s.lkey) + " belongs to another protection domain"};
+      if (s.addr < m.addr || s.addr + s.len > m.addr + m.len || s.addr + s.len < s.addr)
+        return {mlx5::kSynLocalProt, "local range [" + hex(s.addr) + ", +" + std::to_string(s.len) +
+                                         ") is outside lkey " + hex(s.lkey) + "'s region [" + hex(m.addr) + ", +" +
+                                         std::to_string(m.len) + ")"};
+      if (writes_local && !(m.access & kLocalWrite))
+        return {mlx5::kSynLocalProt, "lkey " + hex(s.lkey) + " lacks local write access"};
+    }
+    return {};
+  }
+
+  // Remote side: the connected peer QP, its rkey, bounds and rights.
+  Fault check_remote(const DecodedWqe& w, uint32_t need, uint64_t len, std::shared_ptr<EmuQp>* peer_out,
+                     MrEntry* rmr, std::shared_ptr<Nic>* rnic_out) {
+    std::shared_ptr<Nic> rnic = fabric_find(qp_.remote_node);
+    std::shared_ptr<EmuQp> peer = rnic ? rnic->find_qp(qp_.remote_qpn) : nullptr;
+    if (!peer)
+      return {mlx5::kSynTransportRetryExc, "peer QP " + hex(qp_.remote_qpn) + " does not answer (destroyed, or its device closed)"};
+    const QpState ps = peer->state.load(std::memory_order_acquire);
+    if (ps != QpState::Rtr && ps != QpState::Rts)
+      return {mlx5::kSynTransportRetryExc, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " is in state " +
+                                               qp_state_name(ps) + " and does not answer"};
+    if (peer->remote_node != nic_.node || peer->remote_qpn != qp_.qpn)
+      return {mlx5::kSynTransportRetryExc, "peer QP " + hex(peer->qpn) + " is connected to another QP"};
+    if (!rnic->lookup_mr(w.rkey, rmr))
+      return {mlx5::kSynRemoteAccess, "rkey " + hex(w.rkey) + " is not registered on " + rnic->name};
+    if (rmr->pd != peer->pd)
+      return {mlx5::kSynRemoteAccess, "rkey " + hex(w.rkey) + " belongs to another protection domain on " + rnic->name};
+    if (w.raddr < rmr->addr || w.raddr + len > rmr->addr + rmr->len || w.raddr + len < w.raddr)
+      return {mlx5::kSynRemoteAccess, "remote range [" + hex(w.raddr) + ", +" + std::to_string(len) +
+                                          ") is outside rkey " + hex(w.rkey) + "'s region [" + hex(rmr->addr) + ", +" +
+                                          std::to_string(rmr->len) + ") on " + rnic->name};
+    const char* what = need == kRemoteWrite ? "remote write" : need == kRemoteRead ? "remote read" : "remote atomic";
+    if (!(rmr->access & need))
+      return {mlx5::kSynRemoteAccess, "rkey " + hex(w.rkey) + " on " + rnic->name + " was registered without " + what};
+    if (!(peer->remote_access & need))
+      return {mlx5::kSynRemoteAccess, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " does not accept " + what};
+    *peer_out = std::move(peer);
+    *rnic_out = std::move(rnic);
+    return {};
+  }
+
+  Fault execute(const DecodedWqe& w) {
+    if (w.opcode == mlx5::kOpNop) return {};
+    const uint64_t len = w.total_len();
+    if (len > nic_.attr.max_msg)
+      return {mlx5::kSynLocalLength, "message of " + std::to_string(len) + " bytes exceeds the device's max_msg " +
+                                         std::to_string(nic_.attr.max_msg)};
+    const bool is_atomic = w.opcode == mlx5::kOpAtomicFA || w.opcode == mlx5::kOpAtomicCS;
+    if (is_atomic && w.sge[0].len != 8)
+      return {mlx5::kSynLocalLength, "atomic result buffer of " + std::to_string(w.sge[0].len) + " bytes (must be 8)"};
+    MrEntry lmr[3];
+    if (Fault f = check_local(w, w.opcode != mlx5::kOpRdmaWrite, lmr)) return f;
+    const uint32_t need = w.opcode == mlx5::kOpRdmaWrite ? kRemoteWrite
+                          : w.opcode == mlx5::kOpRdmaRead ? kRemoteRead
+                                                          : kRemoteAtomic;
+    std::shared_ptr<EmuQp> peer;
+    std::shared_ptr<Nic> rnic;
+    MrEntry rmr;
+    if (Fault f = check_remote(w, need, is_atomic ? 8 : len, &peer, &rmr, &rnic)) return f;
+    if (is_atomic && (w.raddr & 7))
+      return {mlx5::kSynRemoteInvalReq, "atomic target " + hex(w.raddr) + " is not 8-byte aligned"};
+
+    uint8_t* remote = reinterpret_cast<uint8_t*>(w.raddr);
+    switch (w.opcode) {
+      case mlx5::kOpRdmaWrite: {
+        if (w.is_inline) {
+          move_bytes(remote, rmr.kind, w.inline_data, MemoryKind::Host, w.inline_len);
+          break;
+        }
+        uint64_t off = 0;
+        for (int i = 0; i < w.nsge; ++i) {
+          move_bytes(remote + off, rmr.kind, reinterpret_cast<void*>(w.sge[i].addr), lmr[i].kind, w.sge[i].len);
+          off += w.sge[i].len;
+        }
+        break;
+      }
+      case mlx5::kOpRdmaRead: {
+        uint64_t off = 0;
+        for (int i = 0; i < w.nsge; ++i) {
+          move_bytes(reinterpret_cast<void*>(w.sge[i].addr), lmr[i].kind, remote + off, rmr.kind, w.sge[i].len);
+          off += w.sge[i].len;
+        }
+        break;
+      }
+      default: {  // atomics: 8 bytes in host byte order at the target (mlx5 host-endianness atomic mode)
+        uint64_t old;
+        if (rmr.kind == MemoryKind::Host) {
+          std::atomic_ref<uint64_t> a(*reinterpret_cast<uint64_t*>(remote));
+          if (w.opcode == mlx5::kOpAtomicFA) {
+            old = a.fetch_add(w.swap_add, std::memory_order_seq_cst);
+          } else {
+            old = w.compare;
+            a.compare_exchange_strong(old, w.swap_add, std::memory_order_seq_cst);
+          }
+        } else {
+          std::lock_guard<std::mutex> g(rnic->gpu_atomic_mu);
+          cuda::copy(&old, remote, 8);
+          uint64_t nv = w.opcode == mlx5::kOpAtomicFA ? old + w.swap_add : (old == w.compare ? w.swap_add : old);
+          if (nv != old) cuda::copy(remote, &nv, 8);
+        }
+        move_bytes(reinterpret_cast<void*>(w.sge[0].addr), lmr[0].kind, &old, MemoryKind::Host, 8);
+        break;
+      }
+    }
+    return {};
+  }
+};
+}  // namespace
+
+bool Nic::lookup_mr(uint32_t key, MrEntry* out) {
+  std::shared_lock<std::shared_mutex> g(mr_mu);
+  auto it = mrs.find(key);
+  if (it == mrs.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+std::shared_ptr<EmuQp> Nic::find_qp(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(qp_mu);
+  auto it = qps.find(qpn);
+  return it == qps.end() ? nullptr : it->second;
+}
+
+void Nic::run_engine() {
+  std::vector<std::shared_ptr<EmuQp>> snapshot;
+  uint64_t seen_gen = ~0ull;
+  uint32_t idle = 0;
+  while (!stop.load(std::memory_order_acquire)) {
+    const uint64_t gen = qp_generation.load(std::memory_order_acquire);
+    if (gen != seen_gen) {
+      std::lock_guard<std::mutex> g(qp_mu);
+      snapshot.clear();
+      for (auto& [n, qp] : qps) snapshot.push_back(qp);
+      seen_gen = gen;
+    }
+    bool work = false;
+    for (auto& qp : snapshot) work |= QpRunner(*this, *qp).step();
+    if (work) {
+      idle = 0;
+    } else if (++idle < 4096) {
+      std::this_thread::yield();
+    } else {
+      // Long idle: sleep briefly so an idle software NIC costs no CPU.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+}  // namespace kinet::emu
