@@ -28,6 +28,9 @@ struct Api {
   decltype(&::cudaFree) free = nullptr;
   decltype(&::cudaGetErrorString) getErrorString = nullptr;
   decltype(&::cudaGetLastError) getLastError = nullptr;
+  decltype(&::cudaMemcpyAsync) memcpyAsync = nullptr;
+  decltype(&::cudaStreamCreateWithFlags) streamCreateWithFlags = nullptr;
+  decltype(&::cudaStreamSynchronize) streamSynchronize = nullptr;
 };
 
 template <class F> bool sym(void* h, const char* name, F& f) {
@@ -50,7 +53,9 @@ const Api& api() {
     bool ok = sym(h, "cudaGetDeviceCount", a.getDeviceCount) && sym(h, "cudaPointerGetAttributes", a.pointerGetAttributes) &&
               sym(h, "cudaMemcpy", a.memcpy) && sym(h, "cudaMemset", a.memset) && sym(h, "cudaHostAlloc", a.hostAlloc) &&
               sym(h, "cudaFreeHost", a.freeHost) && sym(h, "cudaMalloc", a.malloc) && sym(h, "cudaFree", a.free) &&
-              sym(h, "cudaGetErrorString", a.getErrorString) && sym(h, "cudaGetLastError", a.getLastError);
+              sym(h, "cudaGetErrorString", a.getErrorString) && sym(h, "cudaGetLastError", a.getLastError) &&
+              sym(h, "cudaMemcpyAsync", a.memcpyAsync) && sym(h, "cudaStreamCreateWithFlags", a.streamCreateWithFlags) &&
+              sym(h, "cudaStreamSynchronize", a.streamSynchronize);
     if (!ok) {
       KINET_LOG(Warn, "libcudart lacks an expected symbol: GPU memory unavailable");
       return;
@@ -99,7 +104,16 @@ MemoryKind pointer_kind(const void* p) {
 void copy(void* dst, const void* src, size_t n) {
 #if KINET_HAVE_CUDA_HEADERS
   if (available()) {
-    check(api().memcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
+    // A non-blocking stream of this thread's own: the engine's copies must not
+    // wait for kernels on the legacy default stream (they may be the very
+    // kernels waiting for this copy's completion).
+    thread_local cudaStream_t stream = [] {
+      cudaStream_t s = nullptr;
+      check(api().streamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+      return s;
+    }();
+    check(api().memcpyAsync(dst, src, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+    check(api().streamSynchronize(stream), "cudaStreamSynchronize");
     return;
   }
 #endif

@@ -50,7 +50,7 @@ struct Ticket { uint64_t idx = 0; };  // 1 + ring index of the operation's last 
 // Zero-initialised by the host; lives in memory all posting threads reach
 // (GPU memory for kernels, host memory for host threads). Indices are
 // free-running 64-bit counters; ring slot = index & (n - 1).
-struct QpState {
+struct SqState {
   uint64_t reserved;   // next index to hand out
   uint64_t ready;      // every WQE below this is written and published
   uint64_t rung;       // every WQE below this has been announced to the NIC
@@ -66,7 +66,7 @@ struct QpState {
   uint8_t broken;        // a reservation was abandoned after a timeout
   uint8_t pad[5];
 };
-static_assert(sizeof(QpState) == 72);
+static_assert(sizeof(SqState) == 72);
 
 struct CqHandle {
   mlx5::Cqe64* cqes;  // 2^log_n entries
@@ -81,7 +81,7 @@ struct QpHandle {
   uint8_t* sq;          // 2^log_n slots of 64 B
   uint32_t* dbrec;      // doorbell record; [1] = send producer index (BE)
   uint64_t* db;         // doorbell register (UAR, or the emulator's)
-  QpState* state;
+  SqState* state;
   CqHandle cq;
   uint64_t timeout_ns;  // bound of every wait
   uint32_t log_n;

@@ -43,7 +43,7 @@ struct EmuQp {
   uint8_t* sq = nullptr;
   uint32_t* dbrec = nullptr;     // [1]: send counter
   uint64_t* db = nullptr;        // doorbell register (8 B "UAR")
-  dev::QpState* qstate = nullptr;
+  dev::SqState* qstate = nullptr;
   mlx5::Cqe64* cqes = nullptr;
   uint32_t* cq_dbrec = nullptr;  // [0]: consumer index
   uint8_t* block = nullptr;      // one allocation holding all of the above

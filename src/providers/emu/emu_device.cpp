@@ -105,7 +105,9 @@ class EmuQueuePair final : public QueuePair {
     h.qpn_be8 = kinet::detail::bswap32_constexpr(qp_->qpn << 8);
     h.max_msg = qp_->max_msg;
     h.signal_period = qp_->cfg.signal_period;
-    h.rings_in_gpu_memory = qp_->block_on_gpu ? 1 : 0;
+    // The emulator reads the doorbell record from host memory: the fence
+    // before it must be system-scope wherever the rings are.
+    h.rings_in_gpu_memory = 0;
     return h;
   }
   std::string last_error() const override {
@@ -184,12 +186,12 @@ class EmuPd final : public ProtectionDomain {
     // Ring block (GPU memory when asked): send ring, CQ, poster state.
     const size_t n = cfg.sq_depth;
     const size_t sq_bytes = n * mlx5::kSendWqeBB, cq_bytes = n * mlx5::kCqeSize;
-    const size_t ring_bytes = sq_bytes + cq_bytes + sizeof(dev::QpState);
+    const size_t ring_bytes = sq_bytes + cq_bytes + sizeof(dev::SqState);
     qp->block_on_gpu = gpu;
     qp->block = static_cast<uint8_t*>(gpu ? cuda::alloc_device(ring_bytes) : cuda::alloc_pinned(ring_bytes));
     qp->sq = qp->block;
     qp->cqes = reinterpret_cast<mlx5::Cqe64*>(qp->block + sq_bytes);
-    qp->qstate = reinterpret_cast<dev::QpState*>(qp->block + sq_bytes + cq_bytes);
+    qp->qstate = reinterpret_cast<dev::SqState*>(qp->block + sq_bytes + cq_bytes);
     // Doorbell block, always in pinned host memory: the engine polls it.
     uint8_t* dbb = static_cast<uint8_t*>(cuda::alloc_pinned(64));
     qp->dbrec = reinterpret_cast<uint32_t*>(dbb);

@@ -94,7 +94,6 @@ KINET_HD void set_atomic(void* seg, uint64_t swap_add, uint64_t compare) {
   a->compare = bswap64(compare);
 }
 
-template <Sharing S> KINET_HD QpState* st(const QpHandle& q) { return q.state; }
 
 template <Sharing S, class T> KINET_HD T ld(T* p) {
   if constexpr (S == Sharing::Exclusive) return *p;
@@ -145,7 +144,7 @@ struct Deadline {
 
 // Rings for everything published so far. Caller holds the doorbell lock (or owns the QP).
 template <Sharing S> KINET_HD void ring_locked(const QpHandle& q) {
-  QpState* s = q.state;
+  SqState* s = q.state;
   const uint64_t pi = ld<S>(&s->ready);
   if (pi == s->rung) return;
   // Read the doorbell word before the record: once the record is out, the
@@ -160,7 +159,7 @@ template <Sharing S> KINET_HD void ring_locked(const QpHandle& q) {
 
 // Rings whatever is published and not yet rung, without waiting for the lock.
 template <Sharing S> KINET_HD void kick(const QpHandle& q) {
-  QpState* s = q.state;
+  SqState* s = q.state;
   if constexpr (S == Sharing::Exclusive) {
     ring_locked<S>(q);
   } else {
@@ -176,7 +175,7 @@ template <Sharing S> KINET_HD void kick(const QpHandle& q) {
 
 // ---------------------------------------------------------------------------
 template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint64_t* first) {
-  QpState* s = q.state;
+  SqState* s = q.state;
   if (n == 0 || n > q.size() / 2) return Status::InvalidArgument;
   if (detail::ld<S>(&s->broken)) return Status::QpBroken;
   uint64_t idx;
@@ -203,7 +202,7 @@ template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint
 }
 
 template <Sharing S> KINET_HD Status try_reserve(const QpHandle& q, uint32_t n, uint64_t* first) {
-  QpState* s = q.state;
+  SqState* s = q.state;
   if (n == 0 || n > q.size() / 2) return Status::InvalidArgument;
   if (detail::ld<S>(&s->broken)) return Status::QpBroken;
   for (int polled = 0;;) {
@@ -286,7 +285,7 @@ template <Sharing S> KINET_HD void prepare_compare_swap(const QpHandle& q, uint6
 }
 
 template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, uint32_t n) {
-  QpState* s = q.state;
+  SqState* s = q.state;
   if constexpr (S == Sharing::Exclusive) {
     s->ready = first + n;
     return Status::Ok;
@@ -308,7 +307,7 @@ template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, 
 }
 
 template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t upto) {
-  QpState* s = q.state;
+  SqState* s = q.state;
   if constexpr (S == Sharing::Exclusive) {
     detail::ring_locked<S>(q);
     return Status::Ok;
@@ -328,7 +327,7 @@ template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t u
 }
 
 template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q) {
-  QpState* s = q.state;
+  SqState* s = q.state;
   if constexpr (S != Sharing::Exclusive) {
     if (!try_lock<kScope<S>>(&s->cq_lock)) return Status::Ok;  // another thread is draining
   }
@@ -377,7 +376,7 @@ template <Sharing S> KINET_HD Status test(const QpHandle& q, Ticket t) {
 }
 
 template <Sharing S> KINET_HD Status wait(const QpHandle& q, Ticket t) {
-  QpState* s = q.state;
+  SqState* s = q.state;
   if (t.idx == 0) return Status::Ok;
   if (detail::ld<S>(&s->completed) >= t.idx) return detail::completed_status<S>(q, t);
   uint64_t sig = (S == Sharing::Exclusive) ? s->signaled : load_relaxed<kScope<S>>(&s->signaled);
