@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what kinet's build and tests need on Debian 12 / Ubuntu, if missing.
+# CUDA (nvcc) is optional: without it the .cu files are skipped and GPU tests report as skipped.
+set -euo pipefail
+pkgs=(cmake ninja-build g++ libgtest-dev libibverbs-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "kinet: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "kinet: build dependencies already installed"
+fi
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "kinet: CUDA compiler found: .cu files will be built"
+else
+  echo "kinet: no CUDA compiler: .cu files will be skipped (the software NIC needs none)"
+fi
