@@ -61,6 +61,8 @@ inline int run_all(int argc, char** argv) {
   for (auto& t : registry()) {
     if (filter && !std::string(t.name).starts_with(filter)) continue;
     failed() = false;
+    cudaGetLastError();  // an earlier test's error must not be blamed on this one
+    cudaSetDevice(0);
     std::printf("[ RUN      ] %s\n", t.name);
     std::fflush(stdout);
     auto t0 = std::chrono::steady_clock::now();

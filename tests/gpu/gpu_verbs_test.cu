@@ -271,8 +271,8 @@ void many_threads(int ctas, int threads, int rounds, int sq_depth) {
   Statuses st(nthreads);
   k_many<S, L><<<ctas, threads>>>(p.handles(), src.u8(), src.mr->lkey(), dst.mr->addr_u64(), dst.mr->rkey(), rounds,
                                   st.d);
+  CUDA_OK(cudaDeviceSynchronize());  // before any early return: the kernel uses the QPs
   CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaDeviceSynchronize());
   CHECK_STATUSES(st);
   CHECK(dst.download() == ref, "data mismatch after %d x %d threads x %d rounds", ctas, threads, rounds);
 }
@@ -357,7 +357,7 @@ KGT_TEST(put_signal_orders_data_before_signal) {
   const size_t bytes = 256 * 1024;
   GpuBuf src(*p.pa, 0, bytes), dst(*p.pb, p.dst_gpu, bytes), ref(*p.pb, p.dst_gpu, bytes), sig(*p.pb, p.dst_gpu, 8),
       scratch(*p.pa, 0, 8);
-  CUDA_OK(cudaMemset(sig.p, 0, 8));
+  sig.upload(std::vector<uint8_t>(8, 0));  // (cudaMemset would need GPU 1 current)
   auto data = random_bytes(bytes);
   src.upload(data);
   ref.upload(data);
@@ -419,7 +419,7 @@ KGT_TEST(fetch_add_from_2048_threads) {
   const int n = 2048;
   Pair p(1, QpConfig{.sq_depth = 1024});
   GpuBuf word(*p.pb, p.dst_gpu, 8), olds(*p.pa, 0, n * 8);
-  CUDA_OK(cudaMemset(word.p, 0, 8));
+  word.upload(std::vector<uint8_t>(8, 0));
   Statuses st(n);
   k_fetch_add_all<<<n / 256, 256>>>(p.qa[0]->handle(), reinterpret_cast<uint64_t*>(olds.p), olds.mr->lkey(),
                                      word.mr->addr_u64(), word.mr->rkey(), st.d);
