@@ -88,11 +88,43 @@ struct Nic {
   void run_engine();
 };
 
-// ---- fabric: the Nics of this process, by address ----
-std::shared_ptr<Nic> fabric_find(uint64_t node);
-// Registers a new Nic; `want` = "emu" (first free emuN) or "emuN". Throws if taken.
-void fabric_add(const std::shared_ptr<Nic>& nic, std::string_view want);
-void fabric_remove(uint64_t node);
+// A fault found while executing a WQE: the PRM syndrome of its error CQE
+// and the reason, for QueuePair::last_error() and the log.
+struct Fault {
+  uint8_t syndrome = 0;
+  std::string why;
+  explicit operator bool() const { return syndrome != 0; }
+};
+
+// The responder half of one RDMA operation, as it travels to the peer.
+struct RemoteOp {
+  enum Kind : uint8_t { Write, Read, FetchAdd, CompareSwap } kind;
+  uint64_t raddr;
+  uint32_t rkey;
+  uint64_t len;
+  const void* src = nullptr;          // Write: the payload (in the requester's memory)
+  MemoryKind src_kind = MemoryKind::Host;
+  void* dst = nullptr;                // Read: where the payload goes (requester's memory)
+  MemoryKind dst_kind = MemoryKind::Host;
+  uint64_t operand = 0, compare = 0;  // atomics
+  uint64_t* old_value = nullptr;      // atomics: receives the old remote value (host memory)
+};
+
+// Joins emulated NICs. Today one process (InProcessFabric); the interface is
+// what a cross-process fabric (shared memory, sockets) implements: address
+// assignment, reachability, and executing the responder side of an operation
+// with the responder's checks (connection, rkey, bounds, access).
+class Fabric {
+ public:
+  virtual ~Fabric() = default;
+  // Gives `nic` an address and a name: `want` = "emu" (first free emuN) or "emuN". Throws if taken.
+  virtual void attach(const std::shared_ptr<Nic>& nic, std::string_view want) = 0;
+  virtual void detach(uint64_t node) = 0;
+  virtual bool reachable(uint64_t node) = 0;
+  // Executes `op` at QP `qpn` of `node` on behalf of QP from_qpn of from_node.
+  virtual Fault execute(uint64_t from_node, uint32_t from_qpn, uint64_t node, uint32_t qpn, const RemoteOp& op) = 0;
+};
+Fabric& fabric();  // this process's fabric
 
 std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt);
 

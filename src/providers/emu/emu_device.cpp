@@ -77,7 +77,7 @@ class EmuQueuePair final : public QueuePair {
     if (r.provider != 1)
       throw Error(ErrorCode::NotSupported, name() + ": to_rtr: remote QP belongs to provider " +
                                                std::to_string(r.provider) + ", emu connects only to emu");
-    if (!fabric_find(r.node))
+    if (!fabric().reachable(r.node))
       throw Error(ErrorCode::NotFound, name() + ": to_rtr: no emu device at fabric address " + std::to_string(r.node) +
                                            " in this process");
     qp_->remote_node = r.node;
@@ -224,7 +224,7 @@ class EmuDevice final : public Device {
     nic_->engine = std::thread([n = nic_.get()] { n->run_engine(); });
   }
   ~EmuDevice() override {
-    fabric_remove(nic_->node);  // peers now see this NIC as gone
+    fabric().detach(nic_->node);  // peers now see this NIC as gone
     nic_->stop.store(true, std::memory_order_release);
     if (nic_->engine.joinable()) nic_->engine.join();
   }
@@ -253,7 +253,7 @@ std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& 
   nic->attr.max_msg = opt.emu_max_msg;
   nic->attr.gpu_memory = cuda::available();
   nic->key_tag = static_cast<uint8_t>(std::random_device{}() | 1);
-  fabric_add(nic, name);
+  fabric().attach(nic, name);
   nic->attr.name = nic->name;
   return std::make_unique<EmuDevice>(std::move(nic));
 }

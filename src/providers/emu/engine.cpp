@@ -19,18 +19,6 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-// Copies between registered buffers of either kind.
-void move_bytes(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n) {
-  if (n == 0) return;
-  if (dk == MemoryKind::Host && sk == MemoryKind::Host) std::memcpy(dst, src, n);
-  else cuda::copy(dst, src, n);
-}
-
-struct Fault {
-  uint8_t syndrome = 0;
-  std::string why;
-  explicit operator bool() const { return syndrome != 0; }
-};
 
 class QpRunner {
  public:
@@ -164,37 +152,6 @@ class QpRunner {
     return {};
   }
 
-  // Remote side: the connected peer QP, its rkey, bounds and rights.
-  Fault check_remote(const DecodedWqe& w, uint32_t need, uint64_t len, std::shared_ptr<EmuQp>* peer_out,
-                     MrEntry* rmr, std::shared_ptr<Nic>* rnic_out) {
-    std::shared_ptr<Nic> rnic = fabric_find(qp_.remote_node);
-    std::shared_ptr<EmuQp> peer = rnic ? rnic->find_qp(qp_.remote_qpn) : nullptr;
-    if (!peer)
-      return {mlx5::kSynTransportRetryExc, "peer QP " + hex(qp_.remote_qpn) + " does not answer (destroyed, or its device closed)"};
-    const QpState ps = peer->state.load(std::memory_order_acquire);
-    if (ps != QpState::Rtr && ps != QpState::Rts)
-      return {mlx5::kSynTransportRetryExc, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " is in state " +
-                                               qp_state_name(ps) + " and does not answer"};
-    if (peer->remote_node != nic_.node || peer->remote_qpn != qp_.qpn)
-      return {mlx5::kSynTransportRetryExc, "peer QP " + hex(peer->qpn) + " is connected to another QP"};
-    if (!rnic->lookup_mr(w.rkey, rmr))
-      return {mlx5::kSynRemoteAccess, "rkey " + hex(w.rkey) + " is not registered on " + rnic->name};
-    if (rmr->pd != peer->pd)
-      return {mlx5::kSynRemoteAccess, "rkey " + hex(w.rkey) + " belongs to another protection domain on " + rnic->name};
-    if (w.raddr < rmr->addr || w.raddr + len > rmr->addr + rmr->len || w.raddr + len < w.raddr)
-      return {mlx5::kSynRemoteAccess, "remote range [" + hex(w.raddr) + ", +" + std::to_string(len) +
-                                          ") is outside rkey " + hex(w.rkey) + "'s region [" + hex(rmr->addr) + ", +" +
-                                          std::to_string(rmr->len) + ") on " + rnic->name};
-    const char* what = need == kRemoteWrite ? "remote write" : need == kRemoteRead ? "remote read" : "remote atomic";
-    if (!(rmr->access & need))
-      return {mlx5::kSynRemoteAccess, "rkey " + hex(w.rkey) + " on " + rnic->name + " was registered without " + what};
-    if (!(peer->remote_access & need))
-      return {mlx5::kSynRemoteAccess, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " does not accept " + what};
-    *peer_out = std::move(peer);
-    *rnic_out = std::move(rnic);
-    return {};
-  }
-
   Fault execute(const DecodedWqe& w) {
     if (w.opcode == mlx5::kOpNop) return {};
     const uint64_t len = w.total_len();
@@ -206,59 +163,52 @@ class QpRunner {
       return {mlx5::kSynLocalLength, "atomic result buffer of " + std::to_string(w.sge[0].len) + " bytes (must be 8)"};
     MrEntry lmr[3];
     if (Fault f = check_local(w, w.opcode != mlx5::kOpRdmaWrite, lmr)) return f;
-    const uint32_t need = w.opcode == mlx5::kOpRdmaWrite ? kRemoteWrite
-                          : w.opcode == mlx5::kOpRdmaRead ? kRemoteRead
-                                                          : kRemoteAtomic;
-    std::shared_ptr<EmuQp> peer;
-    std::shared_ptr<Nic> rnic;
-    MrEntry rmr;
-    if (Fault f = check_remote(w, need, is_atomic ? 8 : len, &peer, &rmr, &rnic)) return f;
-    if (is_atomic && (w.raddr & 7))
-      return {mlx5::kSynRemoteInvalReq, "atomic target " + hex(w.raddr) + " is not 8-byte aligned"};
 
-    uint8_t* remote = reinterpret_cast<uint8_t*>(w.raddr);
+    RemoteOp op{};
+    op.raddr = w.raddr;
+    op.rkey = w.rkey;
+    auto run = [&](const RemoteOp& o) { return fabric().execute(nic_.node, qp_.qpn, qp_.remote_node, qp_.remote_qpn, o); };
     switch (w.opcode) {
-      case mlx5::kOpRdmaWrite: {
-        if (w.is_inline) {
-          move_bytes(remote, rmr.kind, w.inline_data, MemoryKind::Host, w.inline_len);
-          break;
+      case mlx5::kOpRdmaWrite:
+        op.kind = RemoteOp::Write;
+        if (w.is_inline || w.nsge == 0) {
+          op.src = w.inline_data;
+          op.len = w.inline_len;
+          return run(op);
         }
-        uint64_t off = 0;
-        for (int i = 0; i < w.nsge; ++i) {
-          move_bytes(remote + off, rmr.kind, reinterpret_cast<void*>(w.sge[i].addr), lmr[i].kind, w.sge[i].len);
-          off += w.sge[i].len;
+        for (int i = 0; i < w.nsge; ++i) {  // gather: one remote write per SGE, consecutive addresses
+          op.src = reinterpret_cast<const void*>(w.sge[i].addr);
+          op.src_kind = lmr[i].kind;
+          op.len = w.sge[i].len;
+          if (Fault f = run(op)) return f;
+          op.raddr += op.len;
         }
-        break;
-      }
-      case mlx5::kOpRdmaRead: {
-        uint64_t off = 0;
-        for (int i = 0; i < w.nsge; ++i) {
-          move_bytes(reinterpret_cast<void*>(w.sge[i].addr), lmr[i].kind, remote + off, rmr.kind, w.sge[i].len);
-          off += w.sge[i].len;
+        return {};
+      case mlx5::kOpRdmaRead:
+        op.kind = RemoteOp::Read;
+        if (w.nsge == 0) return run(op);
+        for (int i = 0; i < w.nsge; ++i) {  // scatter
+          op.dst = reinterpret_cast<void*>(w.sge[i].addr);
+          op.dst_kind = lmr[i].kind;
+          op.len = w.sge[i].len;
+          if (Fault f = run(op)) return f;
+          op.raddr += op.len;
         }
-        break;
-      }
-      default: {  // atomics: 8 bytes in host byte order at the target (mlx5 host-endianness atomic mode)
-        uint64_t old;
-        if (rmr.kind == MemoryKind::Host) {
-          std::atomic_ref<uint64_t> a(*reinterpret_cast<uint64_t*>(remote));
-          if (w.opcode == mlx5::kOpAtomicFA) {
-            old = a.fetch_add(w.swap_add, std::memory_order_seq_cst);
-          } else {
-            old = w.compare;
-            a.compare_exchange_strong(old, w.swap_add, std::memory_order_seq_cst);
-          }
-        } else {
-          std::lock_guard<std::mutex> g(rnic->gpu_atomic_mu);
-          cuda::copy(&old, remote, 8);
-          uint64_t nv = w.opcode == mlx5::kOpAtomicFA ? old + w.swap_add : (old == w.compare ? w.swap_add : old);
-          if (nv != old) cuda::copy(remote, &nv, 8);
-        }
-        move_bytes(reinterpret_cast<void*>(w.sge[0].addr), lmr[0].kind, &old, MemoryKind::Host, 8);
-        break;
+        return {};
+      default: {
+        uint64_t old = 0;
+        op.kind = w.opcode == mlx5::kOpAtomicFA ? RemoteOp::FetchAdd : RemoteOp::CompareSwap;
+        op.len = 8;
+        op.operand = w.swap_add;
+        op.compare = w.compare;
+        op.old_value = &old;
+        if (Fault f = run(op)) return f;
+        // The old value lands in the requester's buffer, host byte order.
+        if (lmr[0].kind == MemoryKind::Host) std::memcpy(reinterpret_cast<void*>(w.sge[0].addr), &old, 8);
+        else cuda::copy(reinterpret_cast<void*>(w.sge[0].addr), &old, 8);
+        return {};
       }
     }
-    return {};
   }
 };
 }  // namespace
