@@ -161,4 +161,8 @@ class Device {
 // Wall-clock bound of waits, from $KINET_TIMEOUT_MS (default 10000 ms).
 uint64_t default_timeout_ms();
 
+// "MAJOR.MINOR.PATCH" of the library linked in (KINET_VERSION_STRING in
+// <kinet/version.hpp> is the version compiled against).
+const char* version();
+
 }  // namespace kinet

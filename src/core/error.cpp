@@ -1,6 +1,9 @@
 #include "kinet/kinet.hpp"
+#include "kinet/version.hpp"
 
 namespace kinet {
+const char* version() { return KINET_VERSION_STRING; }
+
 const char* error_code_name(ErrorCode c) {
   switch (c) {
     case ErrorCode::InvalidArgument: return "invalid argument";

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstddef>
+#include <thread>
 
 #if defined(__CUDACC__)
 #include <cuda/atomic>
@@ -131,12 +132,13 @@ KINET_HD uint64_t now_ns() {
 #endif
 }
 
-// Gentle back-off inside spin loops.
+// Back-off inside spin loops. On the host, waiting threads give the CPU
+// away: the software NIC's engine may need it to make the awaited progress.
 KINET_HD void spin_pause() {
 #if KINET_ON_DEVICE
   __nanosleep(32);
-#elif defined(__x86_64__)
-  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
 #endif
 }
 

@@ -126,6 +126,12 @@ class Fabric {
 };
 Fabric& fabric();  // this process's fabric
 
+// Held shared by an engine while it executes one WQE (local and remote
+// memory accesses included); taken exclusively by deregistration after the
+// key is gone, so no copy into a deregistered region is still in flight when
+// reg_mr's object dies and the caller frees the memory.
+std::shared_mutex& memory_guard();
+
 std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt);
 
 }  // namespace kinet::emu

@@ -24,8 +24,12 @@ class EmuMr final : public MemoryRegion {
  public:
   EmuMr(std::shared_ptr<Nic> nic, uint32_t key, const MrEntry& e) : nic_(std::move(nic)), key_(key), e_(e) {}
   ~EmuMr() override {
-    std::unique_lock<std::shared_mutex> g(nic_->mr_mu);  // waits for lookups in flight
-    nic_->mrs.erase(key_);
+    {
+      std::unique_lock<std::shared_mutex> g(nic_->mr_mu);
+      nic_->mrs.erase(key_);
+    }
+    // Wait out WQEs in flight that looked the key up before it was erased.
+    std::unique_lock<std::shared_mutex> drain(memory_guard());
   }
   void* addr() const override { return reinterpret_cast<void*>(e_.addr); }
   size_t length() const override { return e_.len; }

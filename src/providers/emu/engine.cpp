@@ -26,8 +26,9 @@ class QpRunner {
 
   // Executes every WQE the doorbell record announces. Returns true if any work was done.
   bool step() {
-    const QpState st = qp_.state.load(std::memory_order_acquire);
-    if (st == QpState::Reset) return false;  // hardware ignores a RESET QP's doorbell
+    // A doorbell on a QP that is not in RTS is answered with an error CQE
+    // (execute_one). Hardware would ignore a RESET QP's doorbell and leave
+    // the poster waiting; the emulator reports the misuse instead.
     const uint32_t rec = bswap32(load_acquire<Scope::System>(&qp_.dbrec[mlx5::kSendDbrIndex])) & 0xffffu;
     const uint64_t target = qp_.sq_ci + static_cast<uint16_t>(rec - static_cast<uint16_t>(qp_.sq_ci));
     if (target == qp_.sq_ci) return false;
@@ -114,6 +115,7 @@ class QpRunner {
       f = {mlx5::kSynLocalQpOp, "WQE index field " + std::to_string(w.wqe_index) + " does not match its slot (" +
                                     std::to_string(static_cast<uint16_t>(idx)) + ")"};
     } else {
+      std::shared_lock<std::shared_mutex> g(memory_guard());
       f = execute(w);
     }
     if (f) {

@@ -125,6 +125,11 @@ class InProcessFabric final : public Fabric {
 };
 }  // namespace
 
+std::shared_mutex& memory_guard() {
+  static std::shared_mutex m;
+  return m;
+}
+
 Fabric& fabric() {
   static InProcessFabric f;
   return f;
