@@ -48,6 +48,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     echo "== kinet-post-rate"
     build-gpu/bench/kinet-post-rate ${POST_RATE_ARGS:-} --json "$out/post-rate.json" > "$out/post-rate.log" 2>&1; r=$?
     tail -60 "$out/post-rate.log"; rc=$((rc | r))
+    python3 bench/plot_post_rate.py "$out/post-rate.json" -o "$out/post-rate.png" || echo "plot failed (matplotlib?)"
   fi
 fi
 echo "== gpu-check exit $rc"

@@ -108,6 +108,8 @@ template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint
 template <Sharing S> KINET_HD Status try_reserve(const QpHandle& q, uint32_t n, uint64_t* first);
 
 // Writers of one 64-byte WQE at ring index idx. `flags`: kSignal, kFence.
+// Threads of one CTA may prepare their own slots concurrently in every
+// sharing mode (that is how coop.cuh's groups post).
 // Byte counts are <= q.max_msg; addresses and keys are not checked here: the
 // NIC checks them and reports a bad one as an error CQE.
 template <Sharing S> KINET_HD void prepare_nop(const QpHandle& q, uint64_t idx, uint32_t flags);
@@ -125,6 +127,8 @@ template <Sharing S> KINET_HD void prepare_compare_swap(const QpHandle& q, uint6
                                                         Lkey lkey, uint64_t raddr, Rkey rkey, uint64_t compare,
                                                         uint64_t swap, uint32_t flags);
 
+// Many threads posting one WQE each to one QP serialise here: prefer one
+// cooperative post per warp or CTA (coop.cuh) to per-thread posts.
 // Marks [first, first+n) ready, in reservation order: waits (bounded) until
 // every earlier reservation is published. WQE stores are visible to whoever
 // rings the doorbell before the slots count as ready.

@@ -111,11 +111,11 @@ template <Sharing S> KINET_HD uint8_t completion_flags(const QpHandle& q, uint64
   uint8_t f = 0;
   if (sig) {
     f |= mlx5::kCtrlCqUpdate;
-    if constexpr (S == Sharing::Exclusive) {
-      if (q.state->signaled < idx + 1) q.state->signaled = idx + 1;
-    } else {
-      fetch_max_relaxed<kScope<S>>(&q.state->signaled, idx + 1);
-    }
+    // Atomic even for Exclusive QPs: the lanes of a cooperative group
+    // (coop.cuh) prepare their own slots concurrently. Only signalled WQEs
+    // pay for it.
+    constexpr Scope sc = S == Sharing::Exclusive ? Scope::Cta : kScope<S>;
+    fetch_max_relaxed<sc>(&q.state->signaled, idx + 1);
   }
   if (flags & kFence) f |= mlx5::kCtrlFence;
   return f;
