@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds kinet on a GPU machine and runs the GPU tests and GPU benchmarks.
 # Usage: scripts/gpu-check.sh [OUTDIR]      (OUTDIR gets logs and JSON; default build/gpu-out)
-# Steps can be skipped: SKIP_SANITIZER=1, SKIP_BENCH=1. GoogleTest is needed only for the
+# Steps can be skipped: SKIP_SANITIZER=1, SKIP_BENCH=1, SKIP_HOST_SUITE=1. At most 8 files land in OUTDIR. GoogleTest is needed only for the
 # host test suite: put its source in .deps/googletest (or set KINET_GTEST_SOURCE_DIR).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -9,19 +9,21 @@ out=${1:-build/gpu-out}
 mkdir -p "$out"
 export KINET_GTEST_SOURCE_DIR=${KINET_GTEST_SOURCE_DIR:-$PWD/.deps/googletest}
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpus.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | cat
 tests=ON
 [ -f "$KINET_GTEST_SOURCE_DIR/CMakeLists.txt" ] || tests=OFF
+host_suite=$tests
+[ -n "${SKIP_HOST_SUITE:-}" ] && host_suite=OFF
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKINET_CUDA=ON \
-  -DKINET_CUDA_ARCHITECTURES=90 -DKINET_BUILD_TESTS=$tests > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  -DKINET_CUDA_ARCHITECTURES=90 -DKINET_BUILD_TESTS=$tests > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 targets="kinet kinet-perf-gpu"
 [ "$tests" = ON ] && targets="$targets kinet-gpu-tests"
 [ -f bench/CMakeLists.txt ] && targets="$targets kinet-post-rate"
-cmake --build build-gpu -j "$(nproc)" --target $targets > "$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -60; exit 1; }
+cmake --build build-gpu -j "$(nproc)" --target $targets >> "$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -60; exit 1; }
 echo "== GPU targets built"
 rc=0
-if [ "$tests" = ON ]; then  # the host suite; its failure to build is reported, the GPU steps still run
-  cmake --build build-gpu -j "$(nproc)" >> "$out/build.log" 2>&1 || { echo "host suite build FAILED"; grep -E "error" -A3 "$out/build.log" | head -30; tests=FAILED; rc=1; }
+if [ "$host_suite" = ON ]; then  # the host suite; its failure to build is reported, the GPU steps still run
+  cmake --build build-gpu -j "$(nproc)" >> "$out/build.log" 2>&1 || { echo "host suite build FAILED"; grep -E "error" -A3 "$out/build.log" | head -30; host_suite=FAILED; rc=1; }
 fi
 gt=build-gpu/tests/gpu/kinet-gpu-tests
 if [ ! -x "$gt" ]; then  # host tests off: build the GPU test binary alone
@@ -29,25 +31,25 @@ if [ ! -x "$gt" ]; then  # host tests off: build the GPU test binary alone
     build-gpu/libkinet.a -ldl -lpthread -cudart shared -o build-gpu/kinet-gpu-tests && gt=build-gpu/kinet-gpu-tests
 fi
 echo "== GPU tests"; $gt 2>&1 | tee "$out/gpu-tests.log"; rc=$((rc | PIPESTATUS[0]))
-if [ "$tests" = ON ]; then
+if [ "$host_suite" = ON ]; then
   echo "== host test suite (ctest)"; ctest --test-dir build-gpu -LE gpu --output-on-failure -j 8 > "$out/ctest.log" 2>&1; r=$?
   tail -5 "$out/ctest.log"; rc=$((rc | r))
 fi
 if [ -z "${SKIP_SANITIZER:-}" ]; then
   echo "== compute-sanitizer memcheck"
-  compute-sanitizer --tool memcheck --error-exitcode 3 $gt put_get 2>&1 | tail -4 | tee "$out/memcheck.log"; rc=$((rc | PIPESTATUS[0]))
-  compute-sanitizer --tool memcheck --error-exitcode 3 $gt cta_coop 2>&1 | tail -3 | tee -a "$out/memcheck.log"; rc=$((rc | PIPESTATUS[0]))
+  compute-sanitizer --tool memcheck --error-exitcode 3 $gt put_get 2>&1 | tail -4 | tee "$out/sanitizer.log"; rc=$((rc | PIPESTATUS[0]))
+  compute-sanitizer --tool memcheck --error-exitcode 3 $gt cta_coop 2>&1 | tail -3 | tee -a "$out/sanitizer.log"; rc=$((rc | PIPESTATUS[0]))
   echo "== compute-sanitizer racecheck"
-  compute-sanitizer --tool racecheck --error-exitcode 3 $gt cta_coop 2>&1 | tail -3 | tee "$out/racecheck.log"; rc=$((rc | PIPESTATUS[0]))
-  compute-sanitizer --tool racecheck --error-exitcode 3 $gt warp_coop 2>&1 | tail -3 | tee -a "$out/racecheck.log"; rc=$((rc | PIPESTATUS[0]))
+  compute-sanitizer --tool racecheck --error-exitcode 3 $gt cta_coop 2>&1 | tail -3 | tee -a "$out/sanitizer.log"; rc=$((rc | PIPESTATUS[0]))
+  compute-sanitizer --tool racecheck --error-exitcode 3 $gt warp_coop 2>&1 | tail -3 | tee -a "$out/sanitizer.log"; rc=$((rc | PIPESTATUS[0]))
 fi
 if [ -z "${SKIP_BENCH:-}" ]; then
   echo "== kinet-perf-gpu"
-  build-gpu/tools/kinet-perf-gpu/kinet-perf-gpu --json "$out/perf-gpu.json" 2>&1 | tee "$out/perf-gpu.log"; rc=$((rc | PIPESTATUS[0]))
+  build-gpu/tools/kinet-perf-gpu/kinet-perf-gpu --json "$out/perf-gpu.json" 2>&1 | cat; rc=$((rc | PIPESTATUS[0]))
   if [ -x build-gpu/bench/kinet-post-rate ]; then
     echo "== kinet-post-rate"
     build-gpu/bench/kinet-post-rate ${POST_RATE_ARGS:-} --json "$out/post-rate.json" > "$out/post-rate.log" 2>&1; r=$?
-    tail -60 "$out/post-rate.log"; rc=$((rc | r))
+    tail -45 "$out/post-rate.log"; rc=$((rc | r))
     python3 bench/plot_post_rate.py "$out/post-rate.json" -o "$out/post-rate.png" || echo "plot failed (matplotlib?)"
   fi
 fi

@@ -56,6 +56,8 @@ enum class RingPlacement : uint8_t {
   Gpu,   // GPU memory, as on real hardware for kernels; host threads can't post
 };
 
+enum class Posters : uint8_t { Host, Gpu };
+
 enum class QpState : uint8_t { Reset, Init, Rtr, Rts, Error };
 const char* qp_state_name(QpState s);
 
@@ -106,6 +108,11 @@ struct QpConfig {
   uint32_t signal_period = 0;      // power of two <= sq_depth/2; 0 = sq_depth/4
   uint32_t max_msg = 0;            // split transfers above this; 0 = the device's max
   RingPlacement rings = RingPlacement::Host;
+  // Who posts: with Gpu, the posting bookkeeping (dev::SqState: indices and
+  // locks that every posting thread hits with atomics) lives in GPU memory,
+  // not across PCIe; host threads then can't post to this QP.
+  // RingPlacement::Gpu implies it.
+  Posters posters = Posters::Host;
   uint64_t timeout_ms = 0;         // bound of device-verb waits; 0 = $KINET_TIMEOUT_MS or 10000
 };
 

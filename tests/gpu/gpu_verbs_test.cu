@@ -71,6 +71,7 @@ struct Pair {
     pa = da->alloc_pd();
     pb = db->alloc_pd();
     cfg.timeout_ms = kTimeoutMs;
+    cfg.posters = Posters::Gpu;  // kernels post: queue bookkeeping in GPU memory
     for (int i = 0; i < nqp; ++i) {
       qa.push_back(pa->create_qp(cfg));
       qb.push_back(pb->create_qp(cfg));

@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   Side a{0}, b{ngpu > 1 ? 1 : 0};
   QpConfig cfg;
   cfg.sq_depth = 512;
+  cfg.posters = Posters::Gpu;
   for (Side* s : {&a, &b}) {
     s->dev = Device::open("emu");
     s->pd = s->dev->alloc_pd();

@@ -48,6 +48,7 @@ struct EmuQp {
   uint32_t* cq_dbrec = nullptr;  // [0]: consumer index
   uint8_t* block = nullptr;      // one allocation holding all of the above
   bool block_on_gpu = false;
+  dev::SqState* gpu_state = nullptr;  // posters == Gpu with host rings: the state alone in GPU memory
   // Control state.
   std::atomic<QpState> state{QpState::Reset};
   uint32_t remote_access = 0;

@@ -196,6 +196,12 @@ class EmuPd final : public ProtectionDomain {
     qp->sq = qp->block;
     qp->cqes = reinterpret_cast<mlx5::Cqe64*>(qp->block + sq_bytes);
     qp->qstate = reinterpret_cast<dev::SqState*>(qp->block + sq_bytes + cq_bytes);
+    if (!gpu && cfg.posters == Posters::Gpu) {
+      if (!cuda::available())
+        throw Error(ErrorCode::NotSupported, nic_->name + ": create_qp: posters == Gpu needs a GPU");
+      qp->gpu_state = static_cast<dev::SqState*>(cuda::alloc_device(sizeof(dev::SqState)));
+      qp->qstate = qp->gpu_state;
+    }
     // Doorbell block, always in pinned host memory: the engine polls it.
     uint8_t* dbb = static_cast<uint8_t*>(cuda::alloc_pinned(64));
     qp->dbrec = reinterpret_cast<uint32_t*>(dbb);
@@ -246,6 +252,7 @@ EmuQp::~EmuQp() {
   if (block_on_gpu) cuda::free_device(block);
   else cuda::free_pinned(block);
   cuda::free_pinned(dbrec);
+  cuda::free_device(gpu_state);
 }
 
 std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt) {
