@@ -111,7 +111,8 @@ struct QpConfig {
   // Who posts: with Gpu, the posting bookkeeping (dev::SqState: indices and
   // locks that every posting thread hits with atomics) lives in GPU memory,
   // not across PCIe; host threads then can't post to this QP.
-  // RingPlacement::Gpu implies it.
+  // RingPlacement::Gpu implies it. GPU memory is taken on the current CUDA
+  // device: create the QP with the posting kernels' device current.
   Posters posters = Posters::Host;
   uint64_t timeout_ms = 0;         // bound of device-verb waits; 0 = $KINET_TIMEOUT_MS or 10000
 };

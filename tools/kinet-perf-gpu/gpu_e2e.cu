@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
   for (Side* s : {&a, &b}) {
     s->dev = Device::open("emu");
     s->pd = s->dev->alloc_pd();
-    s->qp = s->pd->create_qp(cfg);
     CUDA_CHECK(cudaSetDevice(s->gpu));
+    s->qp = s->pd->create_qp(cfg);  // its posting state lands on this side's GPU
     CUDA_CHECK(cudaMalloc(&s->sbuf, max_size));
     CUDA_CHECK(cudaMalloc(&s->rbuf, max_size));
     CUDA_CHECK(cudaMemset(s->sbuf, 0x3c, max_size));
