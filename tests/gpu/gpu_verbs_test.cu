@@ -257,25 +257,31 @@ __global__ void k_fault(QpHandle q, const uint8_t* src, Lkey lk, uint64_t raddr,
 
 template <class K, class... A> void launch1(K k, A... a) { k<<<1, 1>>>(a...); }
 
-// Runs k_many for one sharing mode/layout and verifies every chunk.
-template <Sharing S, Layout L>
-void many_threads(int ctas, int threads, int rounds, int sq_depth) {
+// Every thread of ctas x threads writes `rounds` 64-byte chunks with `launch`
+// (a kernel over (handles, src, lkey, raddr, rkey, rounds, statuses)); checks
+// every thread's status and every byte.
+template <class Launch>
+void chunks_test(int nqp, QpConfig cfg, int ctas, int threads, int rounds, Launch launch) {
   const int nthreads = ctas * threads;
-  const int nqp = L == Layout::OneQp ? 1 : L == Layout::QpPerCta ? ctas : nthreads;
-  QpConfig cfg;
-  cfg.sq_depth = sq_depth;
   Pair p(nqp, cfg);
   const size_t bytes = static_cast<size_t>(nthreads) * rounds * 64;
   GpuBuf src(*p.pa, 0, bytes), dst(*p.pb, p.dst_gpu, bytes);
   auto ref = random_bytes(bytes);
   src.upload(ref);
   Statuses st(nthreads);
-  k_many<S, L><<<ctas, threads>>>(p.handles(), src.u8(), src.mr->lkey(), dst.mr->addr_u64(), dst.mr->rkey(), rounds,
-                                  st.d);
+  launch(p.handles(), src.u8(), src.mr->lkey(), dst.mr->addr_u64(), dst.mr->rkey(), rounds, st.d);
   CUDA_OK(cudaDeviceSynchronize());  // before any early return: the kernel uses the QPs
   CUDA_OK(cudaGetLastError());
   CHECK_STATUSES(st);
   CHECK(dst.download() == ref, "data mismatch after %d x %d threads x %d rounds", ctas, threads, rounds);
+}
+
+template <Sharing S, Layout L>
+void many_threads(int ctas, int threads, int rounds, int sq_depth) {
+  const int nqp = L == Layout::OneQp ? 1 : L == Layout::QpPerCta ? ctas : ctas * threads;
+  QpConfig cfg;
+  cfg.sq_depth = sq_depth;
+  chunks_test(nqp, cfg, ctas, threads, rounds, [&](auto... a) { k_many<S, L><<<ctas, threads>>>(a...); });
 }
 }  // namespace
 
@@ -387,33 +393,11 @@ KGT_TEST(exclusive_qp_per_thread) { many_threads<Sharing::Exclusive, Layout::QpP
 KGT_TEST(wraparound_200x_ring) { many_threads<Sharing::Exclusive, Layout::QpPerThread>(1, 1, 3200, 16); }
 
 KGT_TEST(warp_cooperative_posting) {
-  const int ctas = 8, threads = 256, rounds = 8;
-  Pair p(ctas, QpConfig{.sq_depth = 256});
-  const size_t bytes = size_t(ctas) * threads * rounds * 64;
-  GpuBuf src(*p.pa, 0, bytes), dst(*p.pb, p.dst_gpu, bytes);
-  auto ref = random_bytes(bytes);
-  src.upload(ref);
-  Statuses st(ctas * threads);
-  k_warp_coop<<<ctas, threads>>>(p.handles(), src.u8(), src.mr->lkey(), dst.mr->addr_u64(), dst.mr->rkey(), rounds,
-                                 st.d);
-  CUDA_OK(cudaDeviceSynchronize());
-  CHECK_STATUSES(st);
-  CHECK(dst.download() == ref, "data mismatch");
+  chunks_test(8, QpConfig{.sq_depth = 256}, 8, 256, 8, [](auto... a) { k_warp_coop<<<8, 256>>>(a...); });
 }
 
 KGT_TEST(cta_cooperative_posting) {
-  const int ctas = 4, threads = 128, rounds = 16;
-  Pair p(ctas, QpConfig{.sq_depth = 256});
-  const size_t bytes = size_t(ctas) * threads * rounds * 64;
-  GpuBuf src(*p.pa, 0, bytes), dst(*p.pb, p.dst_gpu, bytes);
-  auto ref = random_bytes(bytes);
-  src.upload(ref);
-  Statuses st(ctas * threads);
-  k_cta_coop<<<ctas, threads>>>(p.handles(), src.u8(), src.mr->lkey(), dst.mr->addr_u64(), dst.mr->rkey(), rounds,
-                                st.d);
-  CUDA_OK(cudaDeviceSynchronize());
-  CHECK_STATUSES(st);
-  CHECK(dst.download() == ref, "data mismatch");
+  chunks_test(4, QpConfig{.sq_depth = 256}, 4, 128, 16, [](auto... a) { k_cta_coop<<<4, 128>>>(a...); });
 }
 
 KGT_TEST(fetch_add_from_2048_threads) {
@@ -458,18 +442,7 @@ KGT_TEST(rings_in_gpu_memory) {
   QpConfig cfg;
   cfg.rings = RingPlacement::Gpu;
   cfg.sq_depth = 64;
-  const int ctas = 4, threads = 64, rounds = 4;
-  Pair p(ctas, cfg);
-  const size_t bytes = size_t(ctas) * threads * rounds * 64;
-  GpuBuf src(*p.pa, 0, bytes), dst(*p.pb, p.dst_gpu, bytes);
-  auto ref = random_bytes(bytes);
-  src.upload(ref);
-  Statuses st(ctas * threads);
-  k_many<Sharing::Cta, Layout::QpPerCta><<<ctas, threads>>>(p.handles(), src.u8(), src.mr->lkey(),
-                                                            dst.mr->addr_u64(), dst.mr->rkey(), rounds, st.d);
-  CUDA_OK(cudaDeviceSynchronize());
-  CHECK_STATUSES(st);
-  CHECK(dst.download() == ref, "data mismatch");
+  chunks_test(4, cfg, 4, 64, 4, [](auto... a) { k_many<Sharing::Cta, Layout::QpPerCta><<<4, 64>>>(a...); });
 }
 
 int main(int argc, char** argv) { return kgt::run_all(argc, argv); }
