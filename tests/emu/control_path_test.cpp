@@ -1,0 +1,233 @@
+// Host control path of the emu provider: devices, PDs, MRs, QPs, the QP state
+// machine and the QP info blob. Every misuse throws kinet::Error with the
+// right code and a message that names the object and the problem.
+#if KINET_TEST_HAVE_IBVERBS
+#include <infiniband/verbs.h>
+#endif
+
+#include <cstring>
+#include <functional>
+
+#include "emu_fixture.hpp"
+
+namespace {
+
+using kinet::Error;
+using kinet::ErrorCode;
+using kinet::QpState;
+namespace dev = kinet::dev;
+using namespace kinet::test;
+
+#if KINET_TEST_HAVE_IBVERBS
+// kinet::Access promises ibv_access_flags values.
+static_assert(static_cast<int>(kinet::kLocalWrite) == static_cast<int>(IBV_ACCESS_LOCAL_WRITE));
+static_assert(static_cast<int>(kinet::kRemoteWrite) == static_cast<int>(IBV_ACCESS_REMOTE_WRITE));
+static_assert(static_cast<int>(kinet::kRemoteRead) == static_cast<int>(IBV_ACCESS_REMOTE_READ));
+static_assert(static_cast<int>(kinet::kRemoteAtomic) == static_cast<int>(IBV_ACCESS_REMOTE_ATOMIC));
+#endif
+static_assert(sizeof(kinet::QpInfo) == 64);
+
+// Runs f, expects a kinet::Error with `code` whose message mentions one of `words`.
+::testing::AssertionResult throws_error(const std::function<void()>& f, ErrorCode code,
+                                        std::initializer_list<const char*> words) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (e.code() != code)
+      return ::testing::AssertionFailure() << "threw code '" << kinet::error_code_name(e.code()) << "', expected '"
+                                           << kinet::error_code_name(code) << "': " << e.what();
+    if (!mentions_any(e.what(), words)) {
+      std::string list;
+      for (const char* w : words) list += std::string(list.empty() ? "" : ", ") + "'" + w + "'";
+      return ::testing::AssertionFailure() << "message does not mention any of " << list << ": \"" << e.what()
+                                           << "\"";
+    }
+    return ::testing::AssertionSuccess() << e.what();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-kinet exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+TEST(EmuControl, OpenDevicesAndAttributes) {
+  auto a = kinet::Device::open("emu");
+  auto b = kinet::Device::open("emu");
+  EXPECT_EQ(a->attr().provider, "emu");
+  EXPECT_EQ(a->name().rfind("emu", 0), 0u) << a->name();
+  EXPECT_NE(a->name(), b->name()) << "two emu devices get distinct names";
+  EXPECT_EQ(a->attr().max_msg, 1u << 30) << "emu default max_msg is 1 GiB";
+  EXPECT_GE(a->attr().max_qp_wr, 256u);
+  kinet::DeviceOptions o;
+  o.emu_max_msg = 4096;
+  auto c = kinet::Device::open("emu", o);
+  EXPECT_EQ(c->attr().max_msg, 4096u);
+}
+
+TEST(EmuControl, OpenUnknownDeviceIsNotFound) {
+  EXPECT_TRUE(throws_error([] { kinet::Device::open("nosuchdev"); }, ErrorCode::NotFound, {"nosuchdev"}));
+}
+
+TEST(EmuControl, QpDefaultsAndHandle) {
+  auto d = kinet::Device::open("emu");
+  auto pd = d->alloc_pd();
+  auto q = pd->create_qp();
+  EXPECT_EQ(q->state(), QpState::Reset);
+  const dev::QpHandle h = q->handle();
+  EXPECT_EQ(h.size(), 256u) << "default sq_depth";
+  EXPECT_EQ(h.signal_period, 64u) << "default signal_period = sq_depth/4";
+  EXPECT_EQ(h.max_msg, d->attr().max_msg) << "max_msg 0 = the device's";
+  EXPECT_EQ(h.timeout_ns, kinet::default_timeout_ms() * 1000000ull);
+  EXPECT_EQ(h.qpn, q->qpn());
+  EXPECT_EQ(h.qpn_be8, htobe32(q->qpn() << 8));
+  EXPECT_NE(h.sq, nullptr);
+  EXPECT_NE(h.dbrec, nullptr);
+  EXPECT_NE(h.db, nullptr);
+  EXPECT_NE(h.cq.cqes, nullptr);
+  ASSERT_NE(h.state, nullptr);
+  // The posting state starts zeroed, and every CQE starts invalid.
+  const dev::SqState zero{};
+  EXPECT_EQ(std::memcmp(h.state, &zero, sizeof zero), 0);
+  for (uint32_t i = 0; i < (1u << h.cq.log_n); ++i)
+    ASSERT_EQ(kinet::mlx5::cqe_opcode(h.cq.cqes[i].op_own), kinet::mlx5::kCqeInvalid) << "CQE " << i;
+  // Handles are stable.
+  const dev::QpHandle h2 = q->handle();
+  EXPECT_EQ(std::memcmp(&h, &h2, sizeof h), 0);
+
+  kinet::QpConfig c;
+  c.sq_depth = 64;
+  c.signal_period = 8;
+  c.max_msg = 12345;
+  c.timeout_ms = 777;
+  auto q2 = pd->create_qp(c);
+  const dev::QpHandle h3 = q2->handle();
+  EXPECT_EQ(h3.size(), 64u);
+  EXPECT_EQ(h3.signal_period, 8u);
+  EXPECT_EQ(h3.max_msg, 12345u);
+  EXPECT_EQ(h3.timeout_ns, 777000000ull);
+  EXPECT_NE(q2->qpn(), q->qpn());
+}
+
+TEST(EmuControl, StateMachine) {
+  auto a = kinet::Device::open("emu");
+  auto b = kinet::Device::open("emu");
+  auto pa = a->alloc_pd();
+  auto pb = b->alloc_pd();
+  auto qa = pa->create_qp();
+  auto qb = pb->create_qp();
+  const kinet::QpInfo ib = qb->info();
+  // Out of order: the message names the states.
+  EXPECT_TRUE(throws_error([&] { qa->to_rtr(ib); }, ErrorCode::BadState, {"RESET", "INIT"}));
+  EXPECT_TRUE(throws_error([&] { qa->to_rts(); }, ErrorCode::BadState, {"RESET", "RTR"}));
+  EXPECT_EQ(qa->state(), QpState::Reset);
+  qa->to_init(kinet::kAccessAll);
+  EXPECT_EQ(qa->state(), QpState::Init);
+  EXPECT_TRUE(throws_error([&] { qa->to_init(kinet::kAccessAll); }, ErrorCode::BadState, {"INIT", "RESET"}));
+  EXPECT_TRUE(throws_error([&] { qa->to_rts(); }, ErrorCode::BadState, {"INIT", "RTR"}));
+  qa->to_rtr(ib);
+  EXPECT_EQ(qa->state(), QpState::Rtr);
+  EXPECT_TRUE(throws_error([&] { qa->to_rtr(ib); }, ErrorCode::BadState, {"RTR", "INIT"}));
+  qa->to_rts();
+  EXPECT_EQ(qa->state(), QpState::Rts);
+  EXPECT_TRUE(throws_error([&] { qa->connect(ib); }, ErrorCode::BadState, {"RTS", "RESET"}));
+  qa->to_error();
+  EXPECT_EQ(qa->state(), QpState::Error);
+  // Names of states and codes.
+  EXPECT_STREQ(kinet::qp_state_name(QpState::Reset), "RESET");
+  EXPECT_STREQ(kinet::qp_state_name(QpState::Rts), "RTS");
+  EXPECT_STREQ(kinet::qp_state_name(QpState::Error), "ERROR");
+  EXPECT_STRNE(kinet::error_code_name(ErrorCode::BadState), kinet::error_code_name(ErrorCode::NotFound));
+}
+
+TEST(EmuControl, RegMrArguments) {
+  auto d = kinet::Device::open("emu");
+  auto pd = d->alloc_pd();
+  Buffer buf = alloc_buffer(4096);
+  EXPECT_TRUE(throws_error([&] { pd->reg_mr(nullptr, 4096, kinet::kAccessAll); }, ErrorCode::InvalidArgument,
+                           {"reg_mr", "null", "empty", "range", "length"}));
+  EXPECT_TRUE(throws_error([&] { pd->reg_mr(buf.get(), 0, kinet::kAccessAll); }, ErrorCode::InvalidArgument,
+                           {"reg_mr", "empty", "length", "0"}));
+  auto mr = pd->reg_mr(buf.get(), 4096, kinet::kAccessAll);
+  EXPECT_EQ(mr->addr(), buf.get());
+  EXPECT_EQ(mr->length(), 4096u);
+  EXPECT_EQ(mr->access(), uint32_t(kinet::kAccessAll));
+  EXPECT_EQ(mr->kind(), kinet::MemoryKind::Host);
+  EXPECT_EQ(mr->addr_u64(), reinterpret_cast<uint64_t>(buf.get()));
+  // Keys: big-endian forms of the host-order values.
+  EXPECT_EQ(mr->lkey().be, htobe32(mr->lkey_value()));
+  EXPECT_EQ(mr->rkey().be, htobe32(mr->rkey_value()));
+  // Two registrations of one buffer get different keys.
+  auto mr2 = pd->reg_mr(buf.get(), 4096, kinet::kLocalWrite);
+  EXPECT_NE(mr2->lkey_value(), mr->lkey_value());
+  EXPECT_NE(mr2->rkey_value(), mr->rkey_value());
+}
+
+TEST(EmuControl, CreateQpArguments) {
+  auto d = kinet::Device::open("emu");
+  auto pd = d->alloc_pd();
+  auto bad = [&](uint32_t depth, uint32_t period) {
+    kinet::QpConfig c;
+    c.sq_depth = depth;
+    c.signal_period = period;
+    return [&pd, c] { pd->create_qp(c); };
+  };
+  EXPECT_TRUE(throws_error(bad(100, 0), ErrorCode::InvalidArgument, {"sq_depth", "power of two"}));
+  EXPECT_TRUE(throws_error(bad(0, 0), ErrorCode::InvalidArgument, {"sq_depth"}));
+  EXPECT_TRUE(throws_error(bad(1, 0), ErrorCode::InvalidArgument, {"sq_depth"}));
+  EXPECT_TRUE(throws_error(bad(d->attr().max_qp_wr * 2, 0), ErrorCode::InvalidArgument, {"sq_depth"}));
+  EXPECT_TRUE(throws_error(bad(64, 3), ErrorCode::InvalidArgument, {"signal_period"}));
+  EXPECT_TRUE(throws_error(bad(64, 64), ErrorCode::InvalidArgument, {"signal_period"}));
+  EXPECT_NO_THROW(pd->create_qp([] {
+    kinet::QpConfig c;
+    c.sq_depth = 2;
+    return c;
+  }()));
+}
+
+TEST(EmuControl, QpInfoBlob) {
+  auto d = kinet::Device::open("emu");
+  auto pd = d->alloc_pd();
+  auto q = pd->create_qp();
+  const kinet::QpInfo i = q->info();
+  EXPECT_EQ(i.magic, kinet::QpInfo::kMagic);
+  EXPECT_EQ(i.qpn, q->qpn());
+  EXPECT_EQ(i.provider, 1);
+  const std::vector<uint8_t> blob = i.serialize();
+  ASSERT_EQ(blob.size(), 64u);
+  const kinet::QpInfo j = kinet::QpInfo::deserialize(blob.data(), blob.size());
+  EXPECT_EQ(std::memcmp(&i, &j, sizeof i), 0) << "round trip";
+
+  EXPECT_TRUE(throws_error([&] { kinet::QpInfo::deserialize(blob.data(), 63); }, ErrorCode::InvalidArgument,
+                           {"63", "bytes", "size", "length"}));
+  EXPECT_TRUE(throws_error([&] { kinet::QpInfo::deserialize(nullptr, 64); }, ErrorCode::InvalidArgument,
+                           {"null", "blob", "info"}));
+  std::vector<uint8_t> junk(64, 0xa5);
+  EXPECT_TRUE(throws_error([&] { kinet::QpInfo::deserialize(junk.data(), junk.size()); }, ErrorCode::InvalidArgument,
+                           {"magic", "blob", "info"}));
+  std::vector<uint8_t> zeros(64, 0);
+  EXPECT_TRUE(throws_error([&] { kinet::QpInfo::deserialize(zeros.data(), zeros.size()); },
+                           ErrorCode::InvalidArgument, {"magic", "blob", "info"}));
+  std::vector<uint8_t> ver = blob;
+  ver[4] ^= 0x7f;  // version field
+  EXPECT_TRUE(throws_error([&] { kinet::QpInfo::deserialize(ver.data(), ver.size()); }, ErrorCode::InvalidArgument,
+                           {"version"}));
+}
+
+TEST(EmuControl, ConnectToPeerOfUnknownFabricAddress) {
+  auto d = kinet::Device::open("emu");
+  auto pd = d->alloc_pd();
+  auto q = pd->create_qp();
+  kinet::QpInfo peer = q->info();
+  peer.node ^= 0xdeadbeef00ull;  // no device there
+  q->to_init(kinet::kAccessAll);
+  try {
+    q->to_rtr(peer);
+    // Hardware would accept any address here and fail on the first operation;
+    // if emu accepts it too, the QP must at least be in RTR.
+    EXPECT_EQ(q->state(), QpState::Rtr);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::NotFound) << e.what();
+    EXPECT_EQ(q->state(), QpState::Init) << "a failed transition leaves the state unchanged";
+  }
+}
+
+}  // namespace

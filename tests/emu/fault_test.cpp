@@ -1,0 +1,531 @@
+// Faults through the software NIC. Each bad operation completes with its own
+// status (never a hang: every QP here has a 2 s bound), the QP moves to ERROR,
+// every later operation is flushed (WrFlushed), last_error() names the
+// problem, and no byte changes that a successful operation did not write.
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "emu_fixture.hpp"
+
+namespace {
+
+using kinet::QpState;
+using kinet::Status;
+using kinet::dev::QpHandle;
+using kinet::dev::Sharing;
+using kinet::dev::Ticket;
+namespace dev = kinet::dev;
+namespace m = kinet::mlx5;
+using namespace kinet::test;
+constexpr Sharing X = Sharing::Exclusive;
+
+constexpr uint64_t kTimeoutMs = 2000;
+
+PairOptions fault_options(uint32_t access_b = kinet::kAccessAll) {
+  PairOptions o;
+  o.cfg_a = test_qp_config(64, kTimeoutMs);
+  o.cfg_b = test_qp_config(64, kTimeoutMs);
+  o.access_b = access_b;
+  return o;
+}
+
+using BadOp = std::function<Status(const QpHandle&, Ticket*)>;
+
+// A QP pair with scratch regions on both sides and the expected content of
+// every registered byte.
+class FaultRig {
+ public:
+  explicit FaultRig(const PairOptions& o = fault_options()) : p(o) {
+    la = &p.reg_a(16384);
+    res = &p.reg_a(64);
+    rb = &p.reg_b(16384);
+  }
+
+  EmuPair p;
+  Region *la, *res, *rb;
+  std::vector<std::vector<uint8_t>> want_a, want_b;
+
+  // Fresh random content in every region; remembered as expected.
+  void randomize(std::mt19937_64& rng) {
+    want_a.clear();
+    want_b.clear();
+    for (auto& r : p.ra) {
+      fill_random(rng, r->p(), r->len);
+      want_a.emplace_back(r->p(), r->p() + r->len);
+    }
+    for (auto& r : p.rb) {
+      fill_random(rng, r->p(), r->len);
+      want_b.emplace_back(r->p(), r->p() + r->len);
+    }
+  }
+  size_t index_a(const Region* r) const {
+    for (size_t i = 0; i < p.ra.size(); ++i)
+      if (p.ra[i].get() == r) return i;
+    return ~size_t{0};
+  }
+
+  // A successful operation before the fault: get rb[0, 1024) -> la[0, 1024).
+  Ticket good_op() {
+    Ticket t;
+    EXPECT_EQ(dev::get<X>(p.h(), la->p(), la->lkey(), rb->addr(), rb->rkey(), 1024, 0, &t), Status::Ok);
+    std::memcpy(want_a[index_a(la)].data(), rb->p(), 1024);
+    return t;
+  }
+
+  // Operations after the fault, each of which would change bytes if executed.
+  std::vector<Ticket> later_ops(std::mt19937_64& rng) {
+    std::vector<Ticket> ts;
+    Ticket t;
+    const auto h = p.h();
+    EXPECT_EQ(dev::put<X>(h, la->p() + 4096, la->lkey(), rb->addr() + 4096, rb->rkey(), 1000, 0, &t), Status::Ok);
+    ts.push_back(t);
+    EXPECT_EQ(dev::get<X>(h, la->p() + 8192, la->lkey(), rb->addr() + 8192, rb->rkey(), 999, dev::kSignal, &t),
+              Status::Ok);
+    ts.push_back(t);
+    uint8_t inl[16];
+    fill_random(rng, inl, sizeof inl);
+    EXPECT_EQ(dev::put_inline<X>(h, inl, 16, rb->addr() + 12288, rb->rkey(), 0, &t), Status::Ok);
+    ts.push_back(t);
+    EXPECT_EQ(dev::fetch_add<X>(h, res->u64(0), res->lkey(), rb->addr() + 12800, rb->rkey(), 1, 0, &t), Status::Ok);
+    ts.push_back(t);
+    EXPECT_EQ(dev::nop<X>(h, 0, &t), Status::Ok);
+    ts.push_back(t);
+    return ts;
+  }
+
+  ::testing::AssertionResult unchanged_except_expected() const {
+    for (size_t i = 0; i < p.ra.size(); ++i) {
+      auto r = bytes_equal(p.ra[i]->p(), want_a[i].data(), p.ra[i]->len, "initiator region " + std::to_string(i));
+      if (!r) return r;
+    }
+    for (size_t i = 0; i < p.rb.size(); ++i) {
+      auto r = bytes_equal(p.rb[i]->p(), want_b[i].data(), p.rb[i]->len, "target region " + std::to_string(i));
+      if (!r) return r;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // The whole story: good op, bad op, later ops; statuses, state, message, bytes.
+  void run(std::mt19937_64& rng, const BadOp& bad, Status want, std::initializer_list<const char*> words) {
+    randomize(rng);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Ticket g = good_op();
+    Ticket b;
+    ASSERT_EQ(bad(p.h(), &b), Status::Ok) << "posting the bad operation itself must succeed (the NIC checks)";
+    const std::vector<Ticket> later = later_ops(rng);
+    const auto h = p.h();
+    EXPECT_EQ(dev::wait<X>(h, g), Status::Ok) << "the operation before the fault";
+    EXPECT_EQ(dev::wait<X>(h, b), want) << "the faulting operation; last_error: " << p.qa->last_error();
+    EXPECT_EQ(dev::test<X>(h, b), want);
+    for (size_t i = 0; i < later.size(); ++i)
+      EXPECT_EQ(dev::wait<X>(h, later[i]), Status::WrFlushed) << "operation " << i << " after the fault";
+    // And one more posted after the error was seen.
+    Ticket after;
+    ASSERT_EQ(dev::put<X>(h, la->p(), la->lkey(), rb->addr() + 2048, rb->rkey(), 64, dev::kSignal, &after),
+              Status::Ok);
+    EXPECT_EQ(dev::wait<X>(h, after), Status::WrFlushed) << "operation posted after the error CQE was seen";
+    EXPECT_EQ(dev::quiet<X>(h), Status::WrFlushed);
+    EXPECT_LT(seconds_since(t0), kTimeoutMs / 1000.0) << "fault reporting must not rely on timeouts";
+    EXPECT_EQ(p.qa->state(), QpState::Error);
+    const std::string le = p.qa->last_error();
+    EXPECT_FALSE(le.empty());
+    EXPECT_TRUE(mentions_any(le, words)) << "last_error() = \"" << le << "\"";
+    EXPECT_TRUE(unchanged_except_expected());
+    EXPECT_EQ(h.state->error_wqe, b.idx - 1);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Local side.
+
+TEST(EmuFault, BadLkey) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::put<X>(h, r.la->p(), kinet::Lkey{htobe32(0x1234)}, r.rb->addr(), r.rb->rkey(), 512, 0, t);
+      },
+      Status::LocalProtection, {"lkey 0x1234", "0x1234"});
+}
+
+TEST(EmuFault, BadLkeyOnReadDestination) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::get<X>(h, r.la->p() + 2048, kinet::Lkey{htobe32(0x1234)}, r.rb->addr(), r.rb->rkey(), 512, 0, t);
+      },
+      Status::LocalProtection, {"0x1234"});
+}
+
+TEST(EmuFault, LocalAddressOutsideRegion) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {  // the last 8 bytes of la plus 56 beyond it
+        return dev::put<X>(h, r.la->p() + r.la->len - 8, r.la->lkey(), r.rb->addr(), r.rb->rkey(), 64, 0, t);
+      },
+      Status::LocalProtection, {"outside", "bound", "range"});
+}
+
+TEST(EmuFault, LocalAddressBelowRegion) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  Region& mid = r.p.reg_a(4096);
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::get<X>(h, mid.p() - 1, mid.lkey(), r.rb->addr(), r.rb->rkey(), 16, 0, t);
+      },
+      Status::LocalProtection, {"outside", "bound", "range"});
+}
+
+TEST(EmuFault, ReadIntoRegionWithoutLocalWrite) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  Region& ro = r.p.reg_a(4096, 0);  // no local write
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::get<X>(h, ro.p(), ro.lkey(), r.rb->addr(), r.rb->rkey(), 128, 0, t);
+      },
+      Status::LocalProtection, {"local write", "write"});
+}
+
+TEST(EmuFault, LkeyOfAnotherProtectionDomain) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  auto other_pd = r.p.da->alloc_pd();
+  Region other = make_region(*other_pd, 4096);
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::put<X>(h, other.p(), other.lkey(), r.rb->addr(), r.rb->rkey(), 128, 0, t);
+      },
+      Status::LocalProtection, {"protection domain", "pd"});
+  other.mr.reset();
+}
+
+TEST(EmuFault, RawWriteLongerThanDeviceMaxMsg) {
+  KINET_TEST_RNG(rng);
+  PairOptions o = fault_options();
+  o.dev_a.emu_max_msg = 4096;
+  o.dev_b.emu_max_msg = 4096;
+  FaultRig r(o);
+  ASSERT_EQ(r.p.h().max_msg, 4096u);
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        uint64_t idx;
+        Status st = dev::reserve<X>(h, 1, &idx);
+        if (st != Status::Ok) return st;
+        // The low-level writer does not split: 8192 bytes in one WQE.
+        dev::prepare_write<X>(h, idx, r.la->p(), r.la->lkey(), r.rb->addr(), r.rb->rkey(), 8192, dev::kSignal);
+        st = dev::publish<X>(h, idx, 1);
+        if (st != Status::Ok) return st;
+        t->idx = idx + 1;
+        return dev::ring_doorbell<X>(h, idx + 1);
+      },
+      Status::LocalLength, {"max_msg", "length", "exceeds"});
+}
+
+// ---------------------------------------------------------------------------
+// Remote side.
+
+TEST(EmuFault, BadRkey) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::put<X>(h, r.la->p(), r.la->lkey(), r.rb->addr(), kinet::Rkey{htobe32(0x1234)}, 512, 0, t);
+      },
+      Status::RemoteAccess, {"rkey 0x1234", "0x1234"});
+}
+
+TEST(EmuFault, BadRkeyOnInlinePut) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        const uint8_t d[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        return dev::put_inline<X>(h, d, 8, r.rb->addr(), kinet::Rkey{htobe32(0x1234)}, 0, t);
+      },
+      Status::RemoteAccess, {"0x1234"});
+}
+
+TEST(EmuFault, RemoteAddressOutOfBounds) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {  // straddles the end of rb: nothing of it may land
+        return dev::put<X>(h, r.la->p(), r.la->lkey(), r.rb->addr() + r.rb->len - 100, r.rb->rkey(), 200, 0, t);
+      },
+      Status::RemoteAccess, {"outside", "bound", "range"});
+}
+
+TEST(EmuFault, RemoteReadOutOfBounds) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::get<X>(h, r.la->p() + 2048, r.la->lkey(), r.rb->addr() - 8, r.rb->rkey(), 64, 0, t);
+      },
+      Status::RemoteAccess, {"outside", "bound", "range"});
+}
+
+TEST(EmuFault, RemoteAtomicOutOfBounds) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::fetch_add<X>(h, r.res->u64(0), r.res->lkey(), r.rb->addr() + r.rb->len, r.rb->rkey(), 1, 0, t);
+      },
+      Status::RemoteAccess, {"outside", "bound", "range"});
+}
+
+TEST(EmuFault, RemoteRegionWithoutRemoteWrite) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  Region& ro = r.p.reg_b(4096, kinet::kLocalWrite | kinet::kRemoteRead | kinet::kRemoteAtomic);
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::put<X>(h, r.la->p(), r.la->lkey(), ro.addr(), ro.rkey(), 256, 0, t);
+      },
+      Status::RemoteAccess, {"remote write", "write"});
+}
+
+TEST(EmuFault, RemoteRegionWithoutRemoteRead) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  Region& wo = r.p.reg_b(4096, kinet::kLocalWrite | kinet::kRemoteWrite | kinet::kRemoteAtomic);
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::get<X>(h, r.la->p() + 2048, r.la->lkey(), wo.addr(), wo.rkey(), 256, 0, t);
+      },
+      Status::RemoteAccess, {"remote read", "read"});
+}
+
+TEST(EmuFault, RemoteRegionWithoutRemoteAtomic) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  Region& na = r.p.reg_b(4096, kinet::kLocalWrite | kinet::kRemoteWrite | kinet::kRemoteRead);
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::compare_swap<X>(h, r.res->u64(0), r.res->lkey(), na.addr(), na.rkey(), 1, 2, 0, t);
+      },
+      Status::RemoteAccess, {"atomic"});
+}
+
+TEST(EmuFault, TargetQpDoesNotAcceptRemoteWrite) {
+  KINET_TEST_RNG(rng);
+  FaultRig r(fault_options(kinet::kRemoteRead | kinet::kRemoteAtomic));  // QP b: no remote write
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::put<X>(h, r.la->p(), r.la->lkey(), r.rb->addr() + 3000, r.rb->rkey(), 256, 0, t);
+      },
+      Status::RemoteAccess, {"write", "accept"});
+}
+
+TEST(EmuFault, TargetQpDoesNotAcceptRemoteAtomic) {
+  KINET_TEST_RNG(rng);
+  FaultRig r(fault_options(kinet::kRemoteRead | kinet::kRemoteWrite));
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::fetch_add<X>(h, r.res->u64(0), r.res->lkey(), r.rb->addr() + 3000, r.rb->rkey(), 5, 0, t);
+      },
+      Status::RemoteAccess, {"atomic", "accept"});
+}
+
+TEST(EmuFault, MisalignedAtomic) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::fetch_add<X>(h, r.res->u64(0), r.res->lkey(), r.rb->addr() + 3004, r.rb->rkey(), 7, 0, t);
+      },
+      Status::RemoteInvalidRequest, {"align"});
+}
+
+TEST(EmuFault, MisalignedCompareSwap) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::compare_swap<X>(h, r.res->u64(0), r.res->lkey(), r.rb->addr() + 3001, r.rb->rkey(), 0, 1, 0, t);
+      },
+      Status::RemoteInvalidRequest, {"align"});
+}
+
+// ---------------------------------------------------------------------------
+// QP state.
+
+// Posting on a QP that never reached RTS: its doorbell is a misuse; the NIC
+// completes the WQE with a local QP operation error and moves the QP to ERROR.
+void post_on_unconnected(int steps) {
+  KINET_TEST_RNG(rng);
+  PairOptions o = fault_options();
+  o.connect = false;
+  EmuPair p(o);
+  if (steps >= 1) p.qa->to_init(kinet::kAccessAll);
+  if (steps >= 2) p.qa->to_rtr(p.qb->info());
+  p.qb->connect(p.qa->info());
+  Region& src = p.reg_a(4096);
+  Region& dst = p.reg_b(4096);
+  fill_random(rng, dst.p(), 4096);
+  fill_distinct(rng, src.p(), dst.p(), 4096);
+  std::vector<uint8_t> before(dst.p(), dst.p() + 4096);
+  const auto h = p.h();
+  Ticket t1, t2;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), 4096, dev::kSignal, &t1), Status::Ok);
+  ASSERT_EQ(dev::nop<X>(h, dev::kSignal, &t2), Status::Ok);
+  EXPECT_EQ(dev::wait<X>(h, t1), Status::LocalQpOp) << "last_error: " << p.qa->last_error();
+  EXPECT_EQ(dev::wait<X>(h, t2), Status::WrFlushed);
+  EXPECT_LT(seconds_since(t0), kTimeoutMs / 1000.0);
+  EXPECT_EQ(p.qa->state(), QpState::Error);
+  EXPECT_TRUE(mentions_any(p.qa->last_error(), {"state", "RESET", "INIT", "RTR", "RTS"}))
+      << "last_error() = \"" << p.qa->last_error() << "\"";
+  EXPECT_TRUE(bytes_equal(dst.p(), before.data(), 4096, "target of a put on an unconnected QP"));
+}
+
+TEST(EmuFault, PostOnQpInReset) { post_on_unconnected(0); }
+TEST(EmuFault, PostOnQpInInit) { post_on_unconnected(1); }
+TEST(EmuFault, PostOnQpInRtr) { post_on_unconnected(2); }
+
+TEST(EmuFault, HostMovesQpToErrorThenEverythingIsFlushed) {
+  KINET_TEST_RNG(rng);
+  EmuPair p(fault_options());
+  Region& src = p.reg_a(4096);
+  Region& dst = p.reg_b(4096);
+  fill_random(rng, dst.p(), 4096);
+  fill_distinct(rng, src.p(), dst.p(), 4096);
+  const auto h = p.h();
+  Ticket t;
+  ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), 100, 0, &t), Status::Ok);
+  ASSERT_EQ(dev::wait<X>(h, t), Status::Ok);
+  std::vector<uint8_t> before(dst.p(), dst.p() + 4096);
+  p.qa->to_error();
+  EXPECT_EQ(p.qa->state(), QpState::Error);
+  ASSERT_EQ(dev::put<X>(h, src.p() + 100, src.lkey(), dst.addr() + 100, dst.rkey(), 100, 0, &t), Status::Ok);
+  EXPECT_EQ(dev::wait<X>(h, t), Status::WrFlushed);
+  EXPECT_TRUE(bytes_equal(dst.p(), before.data(), 4096, "target after posting on an ERROR QP"));
+}
+
+// The peer is gone: no answer, the transport gives up.
+void destroyed_peer(bool whole_device) {
+  KINET_TEST_RNG(rng);
+  EmuPair p(fault_options());
+  Region& src = p.reg_a(4096);
+  Region& dst = p.reg_b(4096);
+  fill_random(rng, dst.p(), 4096);
+  fill_distinct(rng, src.p(), dst.p(), 4096);
+  const auto h = p.h();
+  Ticket t;
+  ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), 1000, 0, &t), Status::Ok);
+  ASSERT_EQ(dev::wait<X>(h, t), Status::Ok) << p.qa->last_error();
+  ASSERT_TRUE(bytes_equal(dst.p(), src.p(), 1000, "put before the peer went away"));
+  std::vector<uint8_t> before(dst.p(), dst.p() + 4096);
+  const kinet::Rkey rkey = dst.rkey();
+  p.destroy_b(whole_device);
+  const auto t0 = std::chrono::steady_clock::now();
+  Ticket t2, t3;
+  ASSERT_EQ(dev::put<X>(h, src.p() + 1000, src.lkey(), dst.addr() + 1000, rkey, 1000, 0, &t), Status::Ok);
+  ASSERT_EQ(dev::nop<X>(h, 0, &t2), Status::Ok);
+  ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), rkey, 8, 0, &t3), Status::Ok);
+  EXPECT_EQ(dev::wait<X>(h, t), Status::TransportRetryExceeded) << "last_error: " << p.qa->last_error();
+  EXPECT_EQ(dev::wait<X>(h, t2), Status::WrFlushed);
+  EXPECT_EQ(dev::wait<X>(h, t3), Status::WrFlushed);
+  EXPECT_LT(seconds_since(t0), kTimeoutMs / 1000.0 + 1.0);
+  EXPECT_EQ(p.qa->state(), QpState::Error);
+  EXPECT_TRUE(mentions_any(p.qa->last_error(), {"peer", "destroyed", "answer", "retry", "unreachable"}))
+      << "last_error() = \"" << p.qa->last_error() << "\"";
+  EXPECT_TRUE(bytes_equal(dst.p(), before.data(), 4096, "memory of the destroyed peer"));
+}
+
+TEST(EmuFault, DestroyedPeerQp) { destroyed_peer(false); }
+TEST(EmuFault, DestroyedPeerDevice) { destroyed_peer(true); }
+
+TEST(EmuFault, PeerQpInErrorDoesNotAnswer) {
+  KINET_TEST_RNG(rng);
+  EmuPair p(fault_options());
+  Region& src = p.reg_a(4096);
+  Region& dst = p.reg_b(4096);
+  fill_random(rng, dst.p(), 4096);
+  fill_distinct(rng, src.p(), dst.p(), 4096);
+  std::vector<uint8_t> before(dst.p(), dst.p() + 4096);
+  p.qb->to_error();
+  const auto h = p.h();
+  Ticket t;
+  ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), 1000, 0, &t), Status::Ok);
+  const Status st = dev::wait<X>(h, t);
+  EXPECT_TRUE(kinet::is_error(st)) << st;
+  EXPECT_NE(st, Status::TimeoutCompletion) << "a peer in ERROR must produce an error CQE, not a hang";
+  EXPECT_EQ(p.qa->state(), QpState::Error);
+  EXPECT_FALSE(p.qa->last_error().empty());
+  EXPECT_TRUE(bytes_equal(dst.p(), before.data(), 4096, "target whose QP is in ERROR"));
+}
+
+// A fault on one QP leaves the other QPs of the same devices alone.
+TEST(EmuFault, FaultIsConfinedToItsQp) {
+  KINET_TEST_RNG(rng);
+  EmuPair p(fault_options());
+  auto qa2 = p.pa->create_qp(test_qp_config(64, kTimeoutMs));
+  auto qb2 = p.pb->create_qp(test_qp_config(64, kTimeoutMs));
+  qa2->connect(qb2->info());
+  qb2->connect(qa2->info());
+  {
+    Region& src = p.reg_a(4096);
+    Region& dst = p.reg_b(4096);
+    fill_random(rng, dst.p(), 4096);
+    fill_distinct(rng, src.p(), dst.p(), 4096);
+    Ticket t;
+    ASSERT_EQ(dev::put<X>(p.h(), src.p(), src.lkey(), dst.addr(), kinet::Rkey{htobe32(0x1234)}, 64, 0, &t),
+              Status::Ok);
+    EXPECT_EQ(dev::wait<X>(p.h(), t), Status::RemoteAccess);
+    EXPECT_EQ(p.qa->state(), QpState::Error);
+    const auto h2 = qa2->handle();
+    ASSERT_EQ(dev::put<X>(h2, src.p(), src.lkey(), dst.addr(), dst.rkey(), 4096, 0, &t), Status::Ok);
+    EXPECT_EQ(dev::wait<X>(h2, t), Status::Ok) << qa2->last_error();
+    EXPECT_TRUE(bytes_equal(dst.p(), src.p(), 4096, "put on the healthy QP"));
+    EXPECT_EQ(qa2->state(), QpState::Rts);
+    EXPECT_EQ(qb2->state(), QpState::Rts);
+    EXPECT_EQ(p.qb->state(), QpState::Rts) << "a requester-side fault does not break the responder QP";
+  }
+  p.ra.clear();
+  p.rb.clear();
+}
+
+// A region deregistered while the QP lives: its keys stop working.
+TEST(EmuFault, DeregisteredRegionKeysAreRejected) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  Region& gone = r.p.reg_b(4096);
+  const kinet::Rkey rkey = gone.rkey();
+  gone.mr.reset();
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::put<X>(h, r.la->p(), r.la->lkey(), gone.addr(), rkey, 64, 0, t);
+      },
+      Status::RemoteAccess, {"rkey", "registered"});
+}
+
+}  // namespace

@@ -1,0 +1,372 @@
+// Device verbs (kinet/device/qp.cuh) on host threads against a fake NIC: the
+// test writes the CQEs. Checks the bookkeeping that every provider relies on:
+// tickets, selective signalling, doorbell record and word, CQ owner bits over
+// laps, 16-bit WQE counters, error CQEs -> statuses, bounded waits, full rings.
+// Every test runs in all three sharing modes.
+#include <chrono>
+#include <cstring>
+
+#include "fake_ring.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using kinet::Status;
+using kinet::dev::Sharing;
+using kinet::dev::Ticket;
+namespace dev = kinet::dev;
+namespace m = kinet::mlx5;
+using kinet::test::FakeRing;
+
+template <Sharing S> struct Mode { static constexpr Sharing value = S; };
+using Modes = ::testing::Types<Mode<Sharing::Exclusive>, Mode<Sharing::Cta>, Mode<Sharing::Gpu>>;
+struct ModeNames {
+  template <class T> static std::string GetName(int) {
+    return T::value == Sharing::Exclusive ? "Exclusive" : T::value == Sharing::Cta ? "Cta" : "Gpu";
+  }
+};
+
+template <class T> class Verbs : public ::testing::Test {};
+TYPED_TEST_SUITE(Verbs, Modes, ModeNames);
+
+constexpr kinet::Lkey kLkey{0x11223344};
+constexpr kinet::Rkey kRkey{0x55667788};
+
+TYPED_TEST(Verbs, TicketZeroIsAlwaysOk) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 4);
+  EXPECT_EQ(dev::test<S>(r.h, Ticket{}), Status::Ok);
+  EXPECT_EQ(dev::wait<S>(r.h, Ticket{}), Status::Ok);
+  EXPECT_EQ(r.state.reserved, 0u);  // wait(0) posts nothing
+}
+
+TYPED_TEST(Verbs, TicketIsOnePlusRingIndexAndPendingUntilCqe) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 4);
+  Ticket t1, t2;
+  ASSERT_EQ(dev::nop<S>(r.h, dev::kSignal, &t1), Status::Ok);
+  ASSERT_EQ(dev::nop<S>(r.h, dev::kSignal, &t2), Status::Ok);
+  EXPECT_EQ(t1.idx, 1u);
+  EXPECT_EQ(t2.idx, 2u);
+  EXPECT_EQ(dev::test<S>(r.h, t1), Status::Pending);
+  EXPECT_EQ(dev::test<S>(r.h, t2), Status::Pending);
+  r.complete(0);
+  EXPECT_EQ(dev::test<S>(r.h, t1), Status::Ok);
+  EXPECT_EQ(dev::test<S>(r.h, t2), Status::Pending);
+  r.complete(1);
+  EXPECT_EQ(dev::test<S>(r.h, t2), Status::Ok);
+  EXPECT_EQ(dev::wait<S>(r.h, t2), Status::Ok);
+  EXPECT_EQ(r.state.completed, 2u);
+  // The CQ doorbell record carries the consumer index, big-endian.
+  EXPECT_EQ(be32toh(r.cq_dbrec[m::kCqDbrConsumerIndex]), 2u);
+}
+
+TYPED_TEST(Verbs, DoorbellRecordAndWord) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 8);
+  Ticket t;
+  ASSERT_EQ(dev::nop<S>(r.h, 0, &t), Status::Ok);
+  EXPECT_EQ(r.send_pi(), 1u);
+  uint64_t word;
+  std::memcpy(&word, r.slot(0), 8);
+  EXPECT_EQ(r.db, word) << "doorbell word = first 8 bytes of the last WQE's control segment";
+  EXPECT_EQ(r.state.rung, 1u);
+
+  // kNoDoorbell: published, not announced.
+  ASSERT_EQ(dev::nop<S>(r.h, dev::kNoDoorbell, &t), Status::Ok);
+  ASSERT_EQ(dev::nop<S>(r.h, dev::kNoDoorbell, &t), Status::Ok);
+  EXPECT_EQ(r.state.ready, 3u);
+  EXPECT_EQ(r.state.rung, 1u);
+  EXPECT_EQ(r.send_pi(), 1u);
+  ASSERT_EQ(dev::ring_doorbell<S>(r.h, t.idx), Status::Ok);
+  EXPECT_EQ(r.send_pi(), 3u);
+  std::memcpy(&word, r.slot(2), 8);
+  EXPECT_EQ(r.db, word);
+  EXPECT_EQ(r.state.rung, 3u);
+}
+
+TYPED_TEST(Verbs, SelectiveSignallingFollowsPeriod) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 4);  // period 4: WQEs 3, 7, 11, ... always signalled
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(dev::nop<S>(r.h, i == 1 ? uint32_t(dev::kSignal) : 0u), Status::Ok);
+  for (uint64_t i = 0; i < 8; ++i) {
+    const bool want = i == 1 || i == 3 || i == 7;
+    EXPECT_EQ(r.wants_cqe(i), want) << "WQE " << i;
+    EXPECT_EQ(r.opcode(i), m::kOpNop);
+    EXPECT_EQ(r.wqe_index(i), i);
+  }
+  EXPECT_EQ(r.state.signaled, 8u);
+}
+
+TYPED_TEST(Verbs, WaitOnUnsignalledTicketPostsSignalledNop) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 8, /*timeout_ns=*/50'000'000);
+  Ticket t;
+  ASSERT_EQ(dev::nop<S>(r.h, 0, &t), Status::Ok);
+  ASSERT_FALSE(r.wants_cqe(0));
+  const auto t0 = std::chrono::steady_clock::now();
+  // Nobody completes anything: the wait is bounded and says what it waited for.
+  EXPECT_EQ(dev::wait<S>(r.h, t), Status::TimeoutCompletion);
+  const double s = kinet::test::seconds_since(t0);
+  EXPECT_GE(s, 0.045);
+  EXPECT_LT(s, 5.0);
+  // It posted a signalled NOP after the ticket and rang for it.
+  EXPECT_EQ(r.state.reserved, 2u);
+  EXPECT_EQ(r.opcode(1), m::kOpNop);
+  EXPECT_TRUE(r.wants_cqe(1));
+  EXPECT_EQ(r.send_pi(), 2u);
+  // One CQE for the NOP completes both.
+  r.complete(1);
+  EXPECT_EQ(dev::wait<S>(r.h, t), Status::Ok);
+  EXPECT_EQ(r.state.completed, 2u);
+  // A second wait on a signalled ticket posts nothing more.
+  Ticket t2;
+  ASSERT_EQ(dev::nop<S>(r.h, dev::kSignal, &t2), Status::Ok);
+  EXPECT_EQ(dev::test<S>(r.h, t2), Status::Pending);
+  r.complete(2);
+  EXPECT_EQ(dev::wait<S>(r.h, t2), Status::Ok);
+  EXPECT_EQ(r.state.reserved, 3u);
+}
+
+TYPED_TEST(Verbs, QuietCoversEverythingReserved) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 8, 50'000'000);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(dev::nop<S>(r.h, dev::kNoDoorbell), Status::Ok);
+  EXPECT_EQ(dev::quiet<S>(r.h), Status::TimeoutCompletion);
+  EXPECT_EQ(r.send_pi(), r.state.reserved) << "quiet rings for everything published";
+  r.complete(r.state.reserved - 1);
+  EXPECT_EQ(dev::quiet<S>(r.h), Status::Ok);
+}
+
+TYPED_TEST(Verbs, ErrorCqeGivesFaultThenFlushed) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 8);
+  Ticket t[5];
+  for (auto& x : t) ASSERT_EQ(dev::nop<S>(r.h, dev::kSignal, &x), Status::Ok);
+  r.complete(0);
+  r.complete(2, m::kSynRemoteAccess);
+  r.complete(3, m::kSynWrFlush);
+  r.complete(4, m::kSynWrFlush);
+  EXPECT_EQ(dev::test<S>(r.h, t[0]), Status::Ok);
+  EXPECT_EQ(dev::test<S>(r.h, t[1]), Status::Ok) << "WQE 1 completed before the faulting WQE 2";
+  EXPECT_EQ(dev::test<S>(r.h, t[2]), Status::RemoteAccess);
+  EXPECT_EQ(dev::wait<S>(r.h, t[2]), Status::RemoteAccess);
+  EXPECT_EQ(dev::test<S>(r.h, t[3]), Status::WrFlushed);
+  EXPECT_EQ(dev::wait<S>(r.h, t[4]), Status::WrFlushed);
+  EXPECT_EQ(r.state.error_wqe, 2u);
+  EXPECT_EQ(r.state.error_syndrome, m::kSynRemoteAccess);
+  EXPECT_EQ(r.state.error_vendor_syndrome, 0x42);
+  EXPECT_EQ(r.state.error_status, static_cast<int32_t>(Status::RemoteAccess));
+}
+
+TYPED_TEST(Verbs, EveryErrorSyndromeMapsToItsStatus) {
+  constexpr Sharing S = TypeParam::value;
+  const std::pair<uint8_t, Status> cases[] = {
+      {m::kSynLocalLength, Status::LocalLength},       {m::kSynLocalQpOp, Status::LocalQpOp},
+      {m::kSynLocalProt, Status::LocalProtection},     {m::kSynWrFlush, Status::WrFlushed},
+      {m::kSynRemoteInvalReq, Status::RemoteInvalidRequest}, {m::kSynRemoteAccess, Status::RemoteAccess},
+      {m::kSynTransportRetryExc, Status::TransportRetryExceeded}, {0x77, Status::UnknownCqeError}};
+  for (auto [syn, want] : cases) {
+    FakeRing r(4, 4, 8);
+    Ticket t;
+    ASSERT_EQ(dev::nop<S>(r.h, dev::kSignal, &t), Status::Ok);
+    r.complete(0, syn);
+    EXPECT_EQ(dev::wait<S>(r.h, t), want) << "syndrome " << int(syn);
+  }
+  // A responder error CQE counts too.
+  FakeRing r(4, 4, 8);
+  Ticket t;
+  ASSERT_EQ(dev::nop<S>(r.h, dev::kSignal, &t), Status::Ok);
+  r.complete(0, m::kSynRemoteOp, m::kCqeRespErr);
+  EXPECT_EQ(dev::wait<S>(r.h, t), Status::RemoteOperation);
+}
+
+TYPED_TEST(Verbs, TryReserveReturnsNoSpaceWithoutBlocking) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 8, /*timeout_ns=*/5'000'000'000ull);
+  uint64_t a = 99, b = 99, c = 99;
+  EXPECT_EQ(dev::try_reserve<S>(r.h, 0, &c), Status::InvalidArgument);
+  EXPECT_EQ(dev::try_reserve<S>(r.h, 9, &c), Status::InvalidArgument) << "more than half the ring";
+  EXPECT_EQ(dev::reserve<S>(r.h, 0, &c), Status::InvalidArgument);
+  EXPECT_EQ(dev::reserve<S>(r.h, 9, &c), Status::InvalidArgument);
+  ASSERT_EQ(dev::try_reserve<S>(r.h, 8, &a), Status::Ok);
+  ASSERT_EQ(dev::try_reserve<S>(r.h, 8, &b), Status::Ok);
+  EXPECT_EQ(a, 0u);
+  EXPECT_EQ(b, 8u);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(dev::try_reserve<S>(r.h, 1, &c), Status::NoSpace);
+  EXPECT_LT(kinet::test::seconds_since(t0), 0.5) << "try_reserve must not wait for the 5 s timeout";
+  EXPECT_EQ(r.state.reserved, 16u) << "a failed try_reserve reserves nothing";
+  for (uint64_t i = 0; i < 16; ++i) dev::prepare_nop<S>(r.h, i, 0);
+  ASSERT_EQ(dev::publish<S>(r.h, a, 8), Status::Ok);
+  ASSERT_EQ(dev::publish<S>(r.h, b, 8), Status::Ok);
+  ASSERT_EQ(dev::ring_doorbell<S>(r.h, 16), Status::Ok);
+  EXPECT_EQ(dev::try_reserve<S>(r.h, 1, &c), Status::NoSpace);
+  r.complete(7);  // frees 0..7
+  ASSERT_EQ(dev::try_reserve<S>(r.h, 8, &c), Status::Ok);
+  EXPECT_EQ(c, 16u);
+  EXPECT_EQ(dev::try_reserve<S>(r.h, 1, &c), Status::NoSpace);
+}
+
+TYPED_TEST(Verbs, ReserveTimesOutThenQpIsBroken) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(2, 2, 2, /*timeout_ns=*/30'000'000);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(dev::nop<S>(r.h, 0), Status::Ok);
+  const auto t0 = std::chrono::steady_clock::now();
+  Ticket t;
+  EXPECT_EQ(dev::nop<S>(r.h, 0, &t), Status::TimeoutSqSpace);
+  EXPECT_GE(kinet::test::seconds_since(t0), 0.025);
+  EXPECT_LT(kinet::test::seconds_since(t0), 5.0);
+  EXPECT_EQ(dev::nop<S>(r.h, 0, &t), Status::QpBroken);
+  uint64_t first;
+  EXPECT_EQ(dev::try_reserve<S>(r.h, 1, &first), Status::QpBroken);
+}
+
+TYPED_TEST(Verbs, PutSplitsAtMaxMsg) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 16 / 2, 1'000'000'000, /*max_msg=*/100);
+  alignas(8) static uint8_t src[1000];
+  const uint64_t raddr = 0x7000'0000'1000ull;
+  Ticket t;
+  ASSERT_EQ(dev::put<S>(r.h, src, kLkey, raddr, kRkey, 345, dev::kSignal | dev::kFence, &t), Status::Ok);
+  ASSERT_EQ(t.idx, 4u);
+  const uint32_t lens[] = {100, 100, 100, 45};
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(r.opcode(i), m::kOpRdmaWrite);
+    EXPECT_EQ(r.ds(i), 3u);
+    EXPECT_EQ(r.raddr(i), raddr + 100 * i);
+    EXPECT_EQ(be32toh(r.data(i).byte_count), lens[i]);
+    EXPECT_EQ(be64toh(r.data(i).addr), reinterpret_cast<uint64_t>(src) + 100 * i);
+    EXPECT_EQ(r.data(i).lkey, kLkey.be);
+    EXPECT_EQ(r.wants_cqe(i), i == 3) << "only the last WQE carries the caller's kSignal";
+    EXPECT_EQ(r.fenced(i), i == 0) << "only the first WQE carries the caller's kFence";
+  }
+  EXPECT_EQ(r.send_pi(), 4u);
+
+  // Exactly max_msg: one WQE. Zero bytes: one WQE.
+  ASSERT_EQ(dev::put<S>(r.h, src, kLkey, raddr, kRkey, 100, 0, &t), Status::Ok);
+  EXPECT_EQ(t.idx, 5u);
+  ASSERT_EQ(dev::put<S>(r.h, src, kLkey, raddr, kRkey, 0, 0, &t), Status::Ok);
+  EXPECT_EQ(t.idx, 6u);
+  EXPECT_EQ(be32toh(r.data(5).byte_count), 0u);
+}
+
+TYPED_TEST(Verbs, SplitLargerThanHalfTheRingWaitsForCompletions) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(3, 3, 4, 2'000'000'000ull, /*max_msg=*/10);  // 8 slots
+  alignas(8) static uint8_t dst[200];
+  // 19 WQEs on an 8-slot ring: the verb must reserve in pieces of <= 4 and
+  // wait for completions in between. Play the NIC from a helper thread.
+  std::atomic<bool> stop{false};
+  std::thread nic([&] {
+    uint64_t seen = 0;
+    while (!stop.load()) {
+      const uint16_t pi = static_cast<uint16_t>(r.send_pi());
+      while (static_cast<uint16_t>(seen) != pi) {
+        if (r.wants_cqe(seen)) r.complete(seen);
+        ++seen;
+      }
+      std::this_thread::yield();
+    }
+  });
+  Ticket t;
+  const Status st = dev::get<S>(r.h, dst, kLkey, 0x1000, kRkey, 185, dev::kSignal, &t);
+  const Status ws = st == Status::Ok ? dev::wait<S>(r.h, t) : st;
+  stop = true;
+  nic.join();
+  ASSERT_EQ(st, Status::Ok);
+  EXPECT_EQ(ws, Status::Ok);
+  EXPECT_EQ(t.idx, 19u);
+  // Last WQE (index 18, slot 2): the 5-byte tail.
+  EXPECT_EQ(r.opcode(18), m::kOpRdmaRead);
+  EXPECT_EQ(be32toh(r.data(18).byte_count), 5u);
+  EXPECT_EQ(be64toh(r.data(18).addr), reinterpret_cast<uint64_t>(dst) + 180);
+  EXPECT_EQ(r.raddr(18), 0x1000u + 180);
+}
+
+TYPED_TEST(Verbs, PutInlineLimits) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 8);
+  uint8_t buf[64];
+  for (int i = 0; i < 64; ++i) buf[i] = static_cast<uint8_t>(i + 1);
+  Ticket t;
+  EXPECT_EQ(dev::put_inline<S>(r.h, buf, 29, 0x1000, kRkey, 0, &t), Status::InvalidArgument);
+  EXPECT_EQ(dev::put_inline<S>(r.h, buf, 64, 0x1000, kRkey, 0, &t), Status::InvalidArgument);
+  EXPECT_EQ(r.state.reserved, 0u) << "a rejected put_inline reserves nothing";
+  ASSERT_EQ(dev::put_inline<S>(r.h, buf, 28, 0x1000, kRkey, 0, &t), Status::Ok);
+  EXPECT_EQ(r.ds(0), 4u);
+  EXPECT_EQ(be32toh(*reinterpret_cast<const uint32_t*>(r.slot(0) + 32)), m::kInlineSegFlag | 28u);
+  EXPECT_EQ(std::memcmp(r.slot(0) + 36, buf, 28), 0);
+}
+
+TYPED_TEST(Verbs, AtomicsAndPutSignal) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 8);
+  alignas(8) static uint64_t res, scratch;
+  alignas(8) static uint8_t src[64];
+  Ticket t;
+  ASSERT_EQ(dev::fetch_add<S>(r.h, &res, kLkey, 0x2000, kRkey, 5, 0, &t), Status::Ok);
+  EXPECT_EQ(r.opcode(0), m::kOpAtomicFA);
+  EXPECT_EQ(r.ds(0), 4u);
+  ASSERT_EQ(dev::compare_swap<S>(r.h, &res, kLkey, 0x2000, kRkey, 1, 2, 0, &t), Status::Ok);
+  EXPECT_EQ(r.opcode(1), m::kOpAtomicCS);
+  // put_signal: the write(s), then the fetch-add on the signal word, one doorbell.
+  const uint32_t pi_before = r.send_pi();
+  ASSERT_EQ(dev::put_signal<S>(r.h, src, kLkey, 0x3000, kRkey, 64, 0x4000, kRkey, 1, &scratch, kLkey, dev::kSignal,
+                               &t),
+            Status::Ok);
+  EXPECT_EQ(pi_before, 2u);
+  EXPECT_EQ(t.idx, 4u);
+  EXPECT_EQ(r.opcode(2), m::kOpRdmaWrite);
+  EXPECT_EQ(r.opcode(3), m::kOpAtomicFA);
+  EXPECT_EQ(r.raddr(3), 0x4000u);
+  EXPECT_TRUE(r.wants_cqe(3));
+  EXPECT_FALSE(r.wants_cqe(2));
+  EXPECT_EQ(r.send_pi(), 4u);
+}
+
+TYPED_TEST(Verbs, CqOwnerBitOverManyLaps) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(3, 2, 4);  // 8 WQE slots, 4 CQEs: the CQ laps every 4 completions
+  for (uint64_t i = 0; i < 50; ++i) {
+    Ticket t;
+    ASSERT_EQ(dev::nop<S>(r.h, dev::kSignal, &t), Status::Ok) << i;
+    ASSERT_EQ(dev::test<S>(r.h, t), Status::Pending) << i << ": a stale CQE from the previous lap was taken";
+    r.complete(i);
+    ASSERT_EQ(dev::wait<S>(r.h, t), Status::Ok) << i;
+    ASSERT_EQ(r.state.completed, i + 1);
+  }
+  EXPECT_EQ(r.state.cq_ci, 50u);
+}
+
+TYPED_TEST(Verbs, SixteenBitWqeCounterWraps) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 8);
+  // Start just below 2^16 (indices are free-running 64-bit counters).
+  const uint64_t base = 65530;
+  r.state.reserved = r.state.ready = r.state.rung = r.state.completed = r.state.signaled = base;
+  for (uint64_t i = base; i < base + 12; ++i) {
+    Ticket t;
+    ASSERT_EQ(dev::nop<S>(r.h, dev::kSignal, &t), Status::Ok);
+    EXPECT_EQ(t.idx, i + 1);
+    EXPECT_EQ(r.wqe_index(i), static_cast<uint16_t>(i));
+    EXPECT_EQ(r.send_pi(), static_cast<uint16_t>(i + 1));
+    r.complete(i);
+    ASSERT_EQ(dev::wait<S>(r.h, t), Status::Ok);
+    EXPECT_EQ(r.state.completed, i + 1);
+  }
+}
+
+TEST(VerbsCta, PublishOutOfOrderTimesOut) {
+  FakeRing r(4, 4, 8, /*timeout_ns=*/30'000'000);
+  uint64_t a = 0, b = 0;
+  ASSERT_EQ(dev::reserve<Sharing::Cta>(r.h, 1, &a), Status::Ok);
+  ASSERT_EQ(dev::reserve<Sharing::Cta>(r.h, 1, &b), Status::Ok);
+  dev::prepare_nop<Sharing::Cta>(r.h, b, 0);
+  // b cannot be published before a: bounded wait, then the QP is broken.
+  EXPECT_EQ(dev::publish<Sharing::Cta>(r.h, b, 1), Status::TimeoutPublishOrder);
+  uint64_t c = 0;
+  EXPECT_EQ(dev::reserve<Sharing::Cta>(r.h, 1, &c), Status::QpBroken);
+}
+
+}  // namespace
