@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "emu_fixture.hpp"
+#include "kinet/version.hpp"
 
 namespace {
 
@@ -61,6 +62,25 @@ TEST(EmuControl, OpenDevicesAndAttributes) {
   o.emu_max_msg = 4096;
   auto c = kinet::Device::open("emu", o);
   EXPECT_EQ(c->attr().max_msg, 4096u);
+}
+
+TEST(EmuControl, OpenByExplicitName) {
+  auto d = kinet::Device::open("emu57");
+  EXPECT_EQ(d->name(), "emu57");
+  // The name is taken while the device is open.
+  try {
+    auto again = kinet::Device::open("emu57");
+    ADD_FAILURE() << "a second emu57 opened as " << again->name();
+  } catch (const Error& e) {
+    EXPECT_TRUE(mentions_any(e.what(), {"emu57"})) << e.what();
+  }
+  d.reset();
+  EXPECT_NO_THROW(kinet::Device::open("emu57")) << "the name is free again once closed";
+}
+
+TEST(EmuControl, VersionMatchesHeader) {
+  ASSERT_NE(kinet::version(), nullptr);
+  EXPECT_STREQ(kinet::version(), KINET_VERSION_STRING);
 }
 
 TEST(EmuControl, OpenUnknownDeviceIsNotFound) {

@@ -528,4 +528,35 @@ TEST(EmuFault, DeregisteredRegionKeysAreRejected) {
       Status::RemoteAccess, {"rkey", "registered"});
 }
 
+// Deregistration while WQEs that use the region are in flight: once the
+// MemoryRegion object is gone, the NIC touches the memory no more (the
+// caller may free it: ASan would see a late write). Each transfer either
+// completed before (Ok) or is refused (RemoteAccess), then flushed.
+TEST(EmuFault, DeregisterTargetWhileWritesInFlight) {
+  KINET_TEST_RNG(rng);
+  PairOptions o = fault_options();
+  o.dev_a.emu_max_msg = 4096;  // 1 MiB = 256 WQEs: plenty in flight
+  o.cfg_a = test_qp_config(512, kTimeoutMs);
+  EmuPair p(o);
+  const size_t n = 1u << 20;
+  Region& src = p.reg_a(n);
+  fill_random(rng, src.p(), n);
+  Region dst = make_region(*p.pb, n);
+  fill_distinct(rng, dst.p(), src.p(), n);
+  const auto h = p.h();
+  Ticket t;
+  ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), n, dev::kSignal, &t), Status::Ok);
+  dst.mr.reset();  // deregister while the 256 writes run
+  std::vector<uint8_t> after(dst.p(), dst.p() + n);
+  const Status st = dev::wait<X>(h, t);
+  EXPECT_TRUE(st == Status::Ok || st == Status::RemoteAccess || st == Status::WrFlushed) << st;
+  std::printf("[ kinet    ] put raced with deregistration: %s\n", kinet::status_enum_name(st));
+  EXPECT_TRUE(bytes_equal(dst.p(), after.data(), n, "region written after its deregistration returned"));
+  dst.buf.reset();  // freed: a late engine write would be a use-after-free
+  if (st != Status::Ok) {
+    EXPECT_EQ(p.qa->state(), QpState::Error);
+    EXPECT_TRUE(mentions_any(p.qa->last_error(), {"rkey", "registered"})) << p.qa->last_error();
+  }
+}
+
 }  // namespace

@@ -90,6 +90,13 @@ class NicThread {
                std::to_string(t) + ")");
         } else if (th >= next_seq_[k].size()) {
           fail("ring " + std::to_string(k) + " WQE " + std::to_string(idx) + ": bad thread " + std::to_string(th));
+        } else if (uint64_t payload; std::memcpy(&payload, reinterpret_cast<const void*>(be64toh(d.addr)), 8),
+                   payload != t) {
+          // The NIC "DMA-reads" the source buffer the poster wrote before posting:
+          // the doorbell record must order that write before this read.
+          fail("ring " + std::to_string(k) + " WQE " + std::to_string(idx) + ": source buffer holds " +
+               std::to_string(payload) + ", expected the tag " + std::to_string(t));
+          ++next_seq_[k][th];
         } else if (seq != next_seq_[k][th]) {
           fail("ring " + std::to_string(k) + " thread " + std::to_string(th) + ": got seq " + std::to_string(seq) +
                ", expected " + std::to_string(next_seq_[k][th]) + " (lost, duplicated or reordered WQE)");
@@ -116,13 +123,16 @@ class NicThread {
   std::thread th_;
 };
 
-// One poster: n tagged writes with a mix of flags; waits now and then.
+// One poster: n tagged writes with a mix of flags; waits now and then. The
+// source of write seq is word seq of `src`, which holds the tag (written by
+// the poster right before posting, read by the NIC thread).
 template <Sharing S>
-std::string post_tagged(FakeRing& r, uint32_t thread, uint64_t n, uint64_t seed) {
+std::string post_tagged(FakeRing& r, uint32_t thread, uint64_t n, uint64_t seed, uint64_t* src_words) {
   std::mt19937_64 rng(seed);
-  alignas(8) static const uint8_t src[8] = {};
   for (uint64_t seq = 0; seq < n; ++seq) {
     const uint64_t t = tag(thread, seq);
+    uint64_t* src = src_words + seq;
+    *src = t;
     const uint32_t roll = static_cast<uint32_t>(rng() % 16);
     uint32_t flags = 0;
     if (roll < 3) flags |= dev::kSignal;
@@ -163,8 +173,9 @@ template <Sharing S> void run_shared_ring(uint32_t threads) {
   std::vector<std::thread> ths;
   std::vector<uint64_t> seeds;
   for (uint32_t t = 0; t < threads; ++t) seeds.push_back(rng());
+  std::vector<std::vector<uint64_t>> words(threads, std::vector<uint64_t>(n));
   for (uint32_t t = 0; t < threads; ++t)
-    ths.emplace_back([&, t] { errs[t] = post_tagged<S>(r, t, n, seeds[t]); });
+    ths.emplace_back([&, t] { errs[t] = post_tagged<S>(r, t, n, seeds[t], words[t].data()); });
   for (auto& th : ths) th.join();
   EXPECT_EQ(dev::quiet<S>(r.h), Status::Ok);
   nic.stop();
@@ -194,8 +205,10 @@ TEST(VerbsMultiThread, ExclusiveModeOneThreadPerRing) {
   std::vector<std::thread> ths;
   std::vector<uint64_t> seeds;
   for (int k = 0; k < kRings; ++k) seeds.push_back(rng());
+  std::vector<std::vector<uint64_t>> words(kRings, std::vector<uint64_t>(n));
   for (int k = 0; k < kRings; ++k)
-    ths.emplace_back([&, k] { errs[k] = post_tagged<Sharing::Exclusive>(*rings[k], 0, n, seeds[k]); });
+    ths.emplace_back(
+        [&, k] { errs[k] = post_tagged<Sharing::Exclusive>(*rings[k], 0, n, seeds[k], words[k].data()); });
   for (auto& th : ths) th.join();
   nic.stop();
   for (auto& e : errs) EXPECT_EQ(e, "");
