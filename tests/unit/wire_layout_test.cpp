@@ -254,12 +254,16 @@ TEST(WireLayout, StatusFromEverySyndrome) {
   EXPECT_TRUE(kinet::is_error(Status::TimeoutCompletion));
 }
 
-TEST(WireLayout, DoorbellWordIsFirstEightBytesOfCtrl) {
-  uint8_t wqe[64];
-  for (int i = 0; i < 64; ++i) wqe[i] = static_cast<uint8_t>(0xa0 + i);
+TEST(WireLayout, DoorbellWordIsAControlSegmentHead) {
+  // In memory: opmod_idx_opcode = BE(pi << 8), qpn_ds = BE(qpn << 8), as a
+  // control segment built by rdma-core's setter with opcode 0 and DS 0.
+  const uint32_t qpn = 0xabcdef;
+  const uint64_t word = m::doorbell_word(0x51234, kinet::detail::bswap32_constexpr(qpn << 8));
+  mlx5_wqe_ctrl_seg ctrl{};
+  mlx5dv_set_ctrl_seg(&ctrl, 0x1234, 0, 0, qpn, 0, 0, 0, 0);
   uint64_t want;
-  std::memcpy(&want, wqe, 8);
-  EXPECT_EQ(m::doorbell_word(reinterpret_cast<const m::CtrlSeg*>(wqe)), want);
+  std::memcpy(&want, &ctrl, 8);
+  EXPECT_EQ(word, want);
 }
 
 // ---------------------------------------------------------------------------

@@ -169,10 +169,15 @@ KINET_HD constexpr uint8_t cqe_sw_owner(uint32_t ci, uint32_t log_n) { return (c
 // Doorbell record: two BE 32-bit counters; dbrec[kSendDbrIndex] holds the send
 // producer index (low 16 bits). The CQ's record holds the consumer index
 // (low 24 bits) at [0] and the arm word at [1].
-// Doorbell word: the first 8 bytes of the last posted WQE's control segment,
-// stored to the UAR with one 64-bit store.
-KINET_HD uint64_t doorbell_word(const CtrlSeg* ctrl) {
-  return *reinterpret_cast<const uint64_t*>(ctrl);
+// Doorbell word: 8 bytes laid out as the first 8 bytes of a control segment,
+// with the new producer index (low 16 bits) in the WQE-index field and the QP
+// number, opcode and DS zero: BE(pi << 8) then BE(qpn << 8). The NIC takes
+// the producer index from the doorbell record; the word tells it which QP to
+// look at. (NVSHMEM's IBGDA path rings with the same layout.) Built from
+// values in registers: the ringer never reads a WQE back from the ring.
+KINET_HD uint64_t doorbell_word(uint32_t producer_index, uint32_t qpn_be8) {
+  const uint32_t idx_be = kinet::detail::bswap32((producer_index & 0xffffu) << 8);
+  return static_cast<uint64_t>(idx_be) | (static_cast<uint64_t>(qpn_be8) << 32);  // little-endian memory order
 }
 
 }  // namespace kinet::mlx5

@@ -15,14 +15,21 @@ using kinet::detail::bswap64;
 // its slots count as published (the release store of `ready` carries them).
 // Nothing else needed: publish() uses a release store.
 
-// Published WQEs (possibly written by other threads, observed through an
-// acquire of `ready`) are visible to the NIC before the doorbell record says
-// they exist. Rings in host memory are read by a CPU engine or over PCIe:
-// system scope. Rings in GPU memory are read by the NIC through the GPU's L2:
-// GPU scope is what the NIC needs there.
-KINET_HD void order_wqes_before_dbrec(const QpHandle& q) {
+// Writes the doorbell record such that the published WQEs (possibly written
+// by other threads, observed through an acquire of `ready`) are visible to
+// the NIC before the record says they exist. Rings in host memory are read by
+// a CPU engine or over PCIe: system scope. Rings in GPU memory are read by the
+// NIC through the GPU's L2: GPU scope is what the NIC needs there. Host
+// builds use a release store (ThreadSanitizer does not model fences).
+KINET_HD void store_dbrec_after_wqes(const QpHandle& q, uint32_t value_be) {
+  uint32_t* rec = &q.dbrec[mlx5::kSendDbrIndex];
+#if KINET_ON_DEVICE
   if (q.rings_in_gpu_memory) fence_release<Scope::Gpu>();
   else fence_release<Scope::System>();
+  store_relaxed<Scope::System>(rec, value_be);
+#else
+  store_release<Scope::System>(rec, value_be);
+#endif
 }
 // The doorbell record is visible before the doorbell word reaches the NIC,
 // which reads the record when the doorbell rings.
@@ -147,13 +154,9 @@ template <Sharing S> KINET_HD void ring_locked(const QpHandle& q) {
   SqState* s = q.state;
   const uint64_t pi = ld<S>(&s->ready);
   if (pi == s->rung) return;
-  // Read the doorbell word before the record: once the record is out, the
-  // NIC may complete the WQE and a poster may reuse its slot.
-  const uint64_t word = mlx5::doorbell_word(reinterpret_cast<const mlx5::CtrlSeg*>(slot(q, pi - 1)));
-  order_wqes_before_dbrec(q);
-  store_relaxed<Scope::System>(&q.dbrec[mlx5::kSendDbrIndex], bswap32(static_cast<uint32_t>(pi) & 0xffffu));
+  store_dbrec_after_wqes(q, bswap32(static_cast<uint32_t>(pi) & 0xffffu));
   order_dbrec_before_doorbell();
-  store_doorbell(q.db, word);
+  store_doorbell(q.db, mlx5::doorbell_word(static_cast<uint32_t>(pi), q.qpn_be8));
   st_rel<S>(&s->rung, pi);
 }
 
