@@ -7,6 +7,7 @@
 // Nics of one process reach each other through the Fabric (fabric.hpp).
 #pragma once
 #include <atomic>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,13 @@
 #include "kinet/kinet.hpp"
 
 namespace kinet::emu {
+
+// "0x1234": keys, QP numbers and addresses in messages.
+inline std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
 
 struct MrEntry {
   uint64_t addr = 0;

@@ -9,12 +9,6 @@
 namespace kinet::emu {
 namespace {
 
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 bool is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
 uint32_t log2u(uint64_t v) { return static_cast<uint32_t>(63 - __builtin_clzll(v)); }
 

@@ -13,12 +13,6 @@ namespace {
 
 using kinet::detail::bswap32;
 
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 
 class QpRunner {
  public:

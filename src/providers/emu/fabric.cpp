@@ -11,12 +11,6 @@
 namespace kinet::emu {
 namespace {
 
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 void move_bytes(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n) {
   if (n == 0) return;
   if (dk == MemoryKind::Host && sk == MemoryKind::Host) std::memcpy(dst, src, n);
