@@ -216,6 +216,58 @@ TEST(EmuConcurrency, ExclusiveOneThreadPerQp) {
   qb.clear();
 }
 
+// The host moves the QP to ERROR while threads post: every ticket is Ok up
+// to some point and flushed after it (never Ok after a flushed one), no wait
+// hangs, and the QP ends in ERROR.
+TEST(EmuConcurrency, ToErrorWhileThreadsPost) {
+  KINET_TEST_RNG(rng);
+  PairOptions o;
+  o.cfg_a = test_qp_config(32, 20000);
+  EmuPair p(o);
+  const QpHandle h = p.h();
+  constexpr int kThreads = 4;
+  const uint64_t per = scaled(400, 60);
+  Region& src = p.reg_a(kThreads * 64);
+  Region& dst = p.reg_b(kThreads * 64);
+  fill_random(rng, src.p(), src.len);
+  std::atomic<uint64_t> posted{0};
+  std::vector<std::string> errs(kThreads);
+  std::vector<uint64_t> ok_count(kThreads, 0);
+  std::vector<std::thread> ths;
+  for (int i = 0; i < kThreads; ++i)
+    ths.emplace_back([&, i] {
+      bool flushed = false;
+      for (uint64_t k = 0; k < per; ++k) {
+        Ticket t;
+        Status st = dev::put<Sharing::Cta>(h, src.p() + 64 * i, src.lkey(), dst.addr() + 64 * i, dst.rkey(), 64,
+                                           k % 3 ? 0u : uint32_t(dev::kSignal), &t);
+        if (st == Status::Ok) st = dev::wait<Sharing::Cta>(h, t);
+        ++posted;
+        if (st == Status::Ok) {
+          if (flushed) {
+            errs[i] = "ticket " + std::to_string(t.idx) + " Ok after an earlier one was flushed";
+            return;
+          }
+          ++ok_count[i];
+        } else if (st == Status::WrFlushed) {
+          flushed = true;
+        } else {
+          errs[i] = std::string("unexpected status ") + kinet::status_string(st);
+          return;
+        }
+      }
+    });
+  wait_until([&] { return posted.load() >= kThreads * per / 3; }, std::chrono::seconds(20));
+  p.qa->to_error();
+  for (auto& t : ths) t.join();
+  for (int i = 0; i < kThreads; ++i) EXPECT_EQ(errs[i], "") << "thread " << i;
+  EXPECT_EQ(p.qa->state(), kinet::QpState::Error);
+  uint64_t oks = 0;
+  for (auto c : ok_count) oks += c;
+  EXPECT_LT(oks, kThreads * per) << "some operations must have been flushed";
+  EXPECT_EQ(dev::quiet<Sharing::Cta>(h), Status::WrFlushed);
+}
+
 // Threads that only wait: several threads calling wait/test on tickets of one
 // shared QP while others post. No ticket may report completion before its
 // payload is in place.

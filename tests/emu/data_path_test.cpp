@@ -541,6 +541,63 @@ TEST(EmuRing, TryReserveNoSpaceOnFullRingDoesNotBlock) {
   EXPECT_EQ(dev::quiet<Sharing::Exclusive>(h), Status::Ok) << p.qa->last_error();
 }
 
+// kFence: the write waits for the earlier read of this QP, so the read
+// returns the bytes from before the write.
+TEST(EmuOrdering, ReadThenFencedWriteToSameAddress) {
+  KINET_TEST_RNG(rng);
+  EmuPair p(with_cfg(test_qp_config(64)));
+  const auto h = p.h();
+  Region& local = p.reg_a(2 * 4096);
+  Region& remote = p.reg_b(4096);
+  for (int round = 0; round < 20; ++round) {
+    fill_random(rng, remote.p(), 4096);
+    fill_distinct(rng, local.p(), remote.p(), 4096);            // the new bytes to write
+    fill_distinct(rng, local.p() + 4096, remote.p(), 4096);     // where the read lands
+    std::vector<uint8_t> old(remote.p(), remote.p() + 4096), neu(local.p(), local.p() + 4096);
+    Ticket t;
+    ASSERT_EQ(dev::get<Sharing::Exclusive>(h, local.p() + 4096, local.lkey(), remote.addr(), remote.rkey(), 4096,
+                                           dev::kNoDoorbell),
+              Status::Ok);
+    ASSERT_EQ(dev::put<Sharing::Exclusive>(h, local.p(), local.lkey(), remote.addr(), remote.rkey(), 4096, dev::kFence,
+                                           &t),
+              Status::Ok);
+    ASSERT_EQ(dev::wait<Sharing::Exclusive>(h, t), Status::Ok) << p.qa->last_error();
+    ASSERT_TRUE(bytes_equal(local.p() + 4096, old.data(), 4096, "read before the fenced write"));
+    ASSERT_TRUE(bytes_equal(remote.p(), neu.data(), 4096, "remote after the fenced write"));
+  }
+}
+
+// Both directions at once: each side's engine executes its own QP's WQEs
+// against the other side's memory.
+TEST(EmuTopology, BothDirectionsConcurrently) {
+  KINET_TEST_RNG(rng);
+  EmuPair p(with_cfg(test_qp_config(32)));
+  const size_t n = 64 * 1024;
+  Region& a_src = p.reg_a(n);
+  Region& a_dst = p.reg_a(n);
+  Region& b_src = p.reg_b(n);
+  Region& b_dst = p.reg_b(n);
+  fill_random(rng, a_dst.p(), n);
+  fill_random(rng, b_dst.p(), n);
+  fill_distinct(rng, a_src.p(), b_dst.p(), n);
+  fill_distinct(rng, b_src.p(), a_dst.p(), n);
+  auto pump = [](const dev::QpHandle& h, const Region& src, const Region& dst, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 512) {
+      const Status st = dev::put<Sharing::Exclusive>(h, src.p() + off, src.lkey(), dst.addr() + off, dst.rkey(), 512);
+      if (st != Status::Ok) return st;
+    }
+    return dev::quiet<Sharing::Exclusive>(h);
+  };
+  Status sa = Status::Pending, sb = Status::Pending;
+  std::thread tb([&] { sb = pump(p.qb->handle(), b_src, a_dst, n); });
+  sa = pump(p.h(), a_src, b_dst, n);
+  tb.join();
+  EXPECT_EQ(sa, Status::Ok) << p.qa->last_error();
+  EXPECT_EQ(sb, Status::Ok) << p.qb->last_error();
+  EXPECT_TRUE(bytes_equal(b_dst.p(), a_src.p(), n, "a -> b"));
+  EXPECT_TRUE(bytes_equal(a_dst.p(), b_src.p(), n, "b -> a"));
+}
+
 TEST(EmuTopology, LoopbackBetweenTwoQpsOfOneDevice) {
   KINET_TEST_RNG(rng);
   auto d = kinet::Device::open("emu");

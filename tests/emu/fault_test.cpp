@@ -330,6 +330,21 @@ TEST(EmuFault, RemoteRegionWithoutRemoteAtomic) {
       Status::RemoteAccess, {"atomic"});
 }
 
+TEST(EmuFault, RkeyOfAnotherProtectionDomainOnTarget) {
+  KINET_TEST_RNG(rng);
+  FaultRig r;
+  auto other_pd = r.p.db->alloc_pd();
+  Region other = make_region(*other_pd, 4096);
+  r.run(
+      rng,
+      [&](const QpHandle& h, Ticket* t) {
+        return dev::put<X>(h, r.la->p(), r.la->lkey(), other.addr(), other.rkey(), 128, 0, t);
+      },
+      Status::RemoteAccess, {"protection domain", "pd"});
+  EXPECT_TRUE(mentions_any(r.p.qa->last_error(), {"rkey"})) << r.p.qa->last_error();
+  other.mr.reset();
+}
+
 TEST(EmuFault, TargetQpDoesNotAcceptRemoteWrite) {
   KINET_TEST_RNG(rng);
   FaultRig r(fault_options(kinet::kRemoteRead | kinet::kRemoteAtomic));  // QP b: no remote write
