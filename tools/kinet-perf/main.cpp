@@ -2,8 +2,8 @@
 // endpoints (ib_write_lat / ib_write_bw / ib_read_bw / ib_atomic_lat).
 //
 // main: options -> testbed (two devices, buffers, connected QPs) -> runner
-// (host threads today; a GPU-kernel runner can be added beside it) -> tables
-// on stdout and an optional JSON report.
+// (host threads, or CUDA kernels with --gpu: gpu_runner.cu) -> tables on
+// stdout and an optional JSON report.
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "affinity.hpp"
+#include "gpu_runner.hpp"
 #include "kinet/kinet.hpp"
 #include "options.hpp"
 #include "progress.hpp"
@@ -60,13 +61,18 @@ uint64_t warmup_for(const kp::Options& o, const kp::TestCase& tc) {
 
 int main(int argc, char** argv) {
   const kp::Options opt = kp::parse_options(argc, argv);
+  kp::GpuSetup gpu;
+  if (opt.gpu) {
+    if (const int rc = kp::gpu_prepare(&gpu); rc != 0) return rc;  // 77: no CUDA GPU; 2: no GPU runner built
+  }
   const auto t_start = std::chrono::steady_clock::now();
   kp::Progress progress(opt.progress || isatty(STDERR_FILENO));
   const kp::MachineInfo machine = kp::machine_info();
   const unsigned ncpu = static_cast<unsigned>(std::max<size_t>(1, kp::allowed_cpus().size()));
   const kp::LatMode lat_mode =
-      opt.lat_mode != kp::LatMode::Auto ? opt.lat_mode
-                                        : (ncpu >= 4 ? kp::LatMode::TwoThreads : kp::LatMode::OneThread);
+      opt.gpu ? kp::LatMode::Kernels
+      : opt.lat_mode != kp::LatMode::Auto ? opt.lat_mode
+                                          : (ncpu >= 4 ? kp::LatMode::TwoThreads : kp::LatMode::OneThread);
   // Busy threads: the posting threads, and one engine per device on emu.
   const bool two_posters = lat_mode == kp::LatMode::TwoThreads &&
                            std::find(opt.tests.begin(), opt.tests.end(), kp::TestKind::WriteLat) != opt.tests.end();
@@ -87,7 +93,8 @@ int main(int argc, char** argv) {
   try {
     kp::TestbedConfig tcfg;
     tcfg.device = opt.device;
-    tcfg.tx_depth = opt.tx_depth;
+    // --gpu-threads: a batch of one WQE per thread takes at most half the ring.
+    tcfg.tx_depth = opt.gpu ? std::max(opt.tx_depth, 2 * opt.gpu_threads) : opt.tx_depth;
     tcfg.timeout_ms = opt.timeout_ms;
     tcfg.max_size = 8;
     bool any_bw = false;
@@ -98,23 +105,26 @@ int main(int argc, char** argv) {
     tcfg.qps = any_bw ? opt.qps : 1;
     // The emu engine threads start in Device::open and inherit this thread's affinity.
     if (cpu_plan.pinned) kp::pin_this_thread(cpu_plan.engines);
-    kp::Testbed tb(tcfg, kp::make_host_memory());
+    kp::Testbed tb(tcfg, opt.gpu ? kp::make_gpu_memory(gpu) : kp::make_host_memory());
     if (cpu_plan.pinned) kp::pin_this_thread({cpu_plan.posters[0]});
-    // Runner selection: host threads today. A GPU-kernel runner (a .cu file in
-    // this directory, built when KINET_HAVE_CUDA; KINET_PERF_HAVE_GPU_RUNNER is
-    // then defined) would bring its own MemoryOps (GPU buffers, GPU rings) and
-    // be chosen here by an option.
+    // Runner selection: host threads, or with --gpu CUDA kernels (gpu_runner.cu,
+    // built when KINET_HAVE_CUDA; its MemoryOps put the buffers in GPU memory).
     kp::HostRunnerConfig rcfg;
     rcfg.seed = seed;
     rcfg.poster_cpus = cpu_plan.posters;
     // Oversubscribed and not pinned: yield soon, so a spinning poster doesn't
     // keep the NIC engine it waits for off the CPU.
     rcfg.spins_before_yield = (!cpu_plan.pinned && ncpu < posters + engines) ? 16 : 4096;
-    std::unique_ptr<kp::Runner> runner = kp::make_host_runner(tb, rcfg);
+    std::unique_ptr<kp::Runner> runner = opt.gpu ? kp::make_gpu_runner(tb, gpu, {seed, opt.gpu_threads})
+                                                 : kp::make_host_runner(tb, rcfg);
 
     const kinet::DeviceAttr& ca = tb.client_attr();
     info.client_device = ca.name;
     info.server_device = tb.server_attr().name;
+    if (opt.gpu) {
+      info.client_device += kp::gpu_label(gpu, 0);
+      info.server_device += kp::gpu_label(gpu, 1);
+    }
     info.provider = ca.provider;
     info.max_qp_wr = ca.max_qp_wr;
     info.max_msg = ca.max_msg;

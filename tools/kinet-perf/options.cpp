@@ -13,6 +13,7 @@ const char* lat_mode_name(LatMode m) {
     case LatMode::Auto: return "auto";
     case LatMode::TwoThreads: return "threads";
     case LatMode::OneThread: return "single";
+    case LatMode::Kernels: return "kernels";
   }
   return "?";
 }
@@ -27,7 +28,8 @@ void print_help(const char* argv0) {
       "Usage: %s [options]\n"
       "perftest-style latency and bandwidth between two kinet endpoints in this\n"
       "process (two software NICs on the built-in emu fabric by default). Host\n"
-      "threads post through the device verbs (kinet::dev::put/get/fetch_add).\n"
+      "threads post through the device verbs (kinet::dev::put/get/fetch_add), or\n"
+      "CUDA kernels with --gpu.\n"
       "\n"
       "Tests:\n"
       "  --test T          write_lat | write_bw | read_bw | atomic_lat | all (default all);\n"
@@ -56,6 +58,15 @@ void print_help(const char* argv0) {
       "                    NIC's engine threads the others; off: leave placement to the OS;\n"
       "                    auto (default): on when busy threads outnumber CPUs\n"
       "\n"
+      "GPU runner (built when CUDA is enabled):\n"
+      "  --gpu             CUDA kernels post instead of host threads; buffers in GPU memory,\n"
+      "                    client on GPU 0, server on GPU 1 (both on GPU 0 with one GPU).\n"
+      "                    write_lat: one kernel per endpoint (ping-pong); bandwidth tests and\n"
+      "                    atomic_lat: a kernel on the client GPU, the server passive\n"
+      "  --gpu-threads N   bandwidth tests with --gpu: N threads of one warp (N <= 32) or one\n"
+      "                    CTA post one WQE each per batch (dev::warp_put/cta_put; reads with\n"
+      "                    warp_get/cta_get); default 1 thread (dev::put/get); N <= --tx-depth\n"
+      "\n"
       "Setup and output:\n"
       "  --device NAME     device to open on each side (default emu: a new software NIC)\n"
       "  --timeout-ms N    bound of every wait (default $KINET_TIMEOUT_MS or 10000)\n"
@@ -68,7 +79,8 @@ void print_help(const char* argv0) {
       "ib_write_lat), the full round trip for atomic_lat (as ib_atomic_lat).\n"
       "Bandwidth is MB/sec with MB = 2^20 bytes (as perftest), message rate in Mpps.\n"
       "Exit status: 0 on success, 1 when an operation fails, times out or data does not\n"
-      "verify, 2 on bad usage.\n",
+      "verify, 2 on bad usage (or --gpu in a build without CUDA), 77 when --gpu finds no\n"
+      "CUDA GPU (skipped).\n",
       argv0);
 }
 
@@ -110,6 +122,7 @@ Options parse_options(int argc, char** argv) {
   bool tests_given = false, sweep = false;
   uint64_t size = 0, max_size = kDefaultMaxSize;
   bool max_size_given = false;
+  bool lat_mode_given = false, gpu_threads_given = false;
 
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -175,6 +188,7 @@ Options parse_options(int argc, char** argv) {
       else if (m == "threads") o.lat_mode = LatMode::TwoThreads;
       else if (m == "single") o.lat_mode = LatMode::OneThread;
       else usage_error(argv0, "--lat-mode: expected auto, threads or single, got " + m);
+      lat_mode_given = true;
     } else if (a == "--pin") {
       std::string m = value();
       if (m == "auto") o.pin = PinMode::Auto;
@@ -184,6 +198,14 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--device" || a == "-d") {
       o.device = value();
       if (o.device.empty()) usage_error(argv0, "--device: empty name");
+    } else if (a == "--gpu") {
+      flag();
+      o.gpu = true;
+    } else if (a == "--gpu-threads") {
+      uint64_t t = parse_u64(argv0, a, value(), false);
+      if (t < 1 || t > 1024) usage_error(argv0, "--gpu-threads must be 1..1024");
+      o.gpu_threads = static_cast<uint32_t>(t);
+      gpu_threads_given = true;
     } else if (a == "--json") {
       o.json_path = value();
       if (o.json_path.empty()) usage_error(argv0, "--json: empty file name");
@@ -236,6 +258,11 @@ Options parse_options(int argc, char** argv) {
     if (s > (size_t(1) << 30)) usage_error(argv0, "message sizes above 1 GiB are not supported");
 
   if (o.signal_every > o.tx_depth) usage_error(argv0, "--signal-every must be <= --tx-depth");
+  if (gpu_threads_given && !o.gpu) usage_error(argv0, "--gpu-threads needs --gpu");
+  if (o.gpu && lat_mode_given)
+    usage_error(argv0, "--lat-mode is for host threads (--gpu runs one kernel per endpoint)");
+  if (o.gpu && o.gpu_threads > o.tx_depth)
+    usage_error(argv0, "--gpu-threads must be <= --tx-depth (a batch of one WQE per thread must fit in flight)");
   return o;
 }
 

@@ -15,6 +15,7 @@ enum class LatMode : uint8_t {
   Auto,        // TwoThreads when the machine has >= 4 hardware threads, else OneThread
   TwoThreads,  // one host thread per endpoint, as two nodes would run it
   OneThread,   // one thread alternates between both endpoints (no busy-wait contention on small machines)
+  Kernels,     // --gpu: one CUDA kernel per endpoint (not selectable with --lat-mode)
 };
 const char* lat_mode_name(LatMode m);
 
@@ -33,6 +34,8 @@ struct Options {
   std::string json_path;          // empty = no JSON
   bool progress = false;          // --progress: progress line even when stderr is not a tty
   bool demo = false;
+  bool gpu = false;               // --gpu: CUDA kernels post, buffers in GPU memory (gpu_runner.cu)
+  uint32_t gpu_threads = 1;       // --gpu-threads: bw tests, threads of one warp/CTA posting together
   uint64_t timeout_ms = 0;        // 0 = library default ($KINET_TIMEOUT_MS or 10 s)
   uint64_t seed = 0;              // 0 = random
   std::string command_line;       // as typed, for the JSON report

@@ -56,7 +56,9 @@ Testbed::Testbed(const TestbedConfig& cfg, std::unique_ptr<MemoryOps> mem) : cfg
   sq_depth_ = next_pow2(std::max<uint64_t>(16, uint64_t(cfg_.tx_depth) * std::max<uint64_t>(1, wqes_per_msg)));
   if (max_wr && sq_depth_ > max_wr) sq_depth_ = max_wr;  // the verbs then hold back posts until slots free up
 
-  for (Endpoint& e : ep_) {
+  for (int side = 0; side < 2; ++side) {
+    Endpoint& e = ep_[side];
+    mem_->enter_side(side);
     e.nqp = cfg_.qps;
     e.slot = (std::max<size_t>(cfg_.max_size, 8) + 63) / 64 * 64;
     e.bytes = 2 * size_t(e.nqp) * e.slot + kWordsBytes;
@@ -66,6 +68,7 @@ Testbed::Testbed(const TestbedConfig& cfg, std::unique_ptr<MemoryOps> mem) : cfg
     QpConfig qc;
     qc.sq_depth = sq_depth_;
     qc.rings = mem_->rings();
+    qc.posters = mem_->posters();
     qc.timeout_ms = cfg_.timeout_ms;
     for (uint32_t q = 0; q < e.nqp; ++q) e.qps.push_back(e.pd->create_qp(qc));
   }

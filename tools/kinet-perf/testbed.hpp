@@ -28,6 +28,13 @@ class MemoryOps {
   virtual void copy_to(void* dst, const void* host_src, size_t n) = 0;    // host -> buffer
   virtual void copy_from(void* host_dst, const void* src, size_t n) = 0;  // buffer -> host
   virtual void fill(void* dst, uint8_t byte, size_t n) = 0;
+  // Who posts to the QPs. Gpu: kernels; the QPs' posting state then lives in
+  // GPU memory of the device current when the QP is created.
+  virtual Posters posters() const { return Posters::Host; }
+  // Called before the Testbed allocates a side's buffer and creates its QPs
+  // (0 = client, 1 = server): a GPU implementation makes that side's GPU
+  // current, so buffer and posting state land there.
+  virtual void enter_side(int side) { (void)side; }
 };
 // Page-aligned host memory.
 std::unique_ptr<MemoryOps> make_host_memory();
