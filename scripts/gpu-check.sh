@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds kinet on a GPU machine and runs the GPU tests and GPU benchmarks.
 # Usage: scripts/gpu-check.sh [OUTDIR]      (OUTDIR gets logs and JSON; default build/gpu-out)
-# Steps can be skipped: SKIP_SANITIZER=1, SKIP_BENCH=1, SKIP_HOST_SUITE=1. At most 8 files land in OUTDIR. GoogleTest is needed only for the
+# Steps can be skipped: SKIP_SANITIZER=1, SKIP_BENCH=1, SKIP_HOST_SUITE=1. At most 8 files land in OUTDIR when SKIP_HOST_SUITE=1. GoogleTest is needed only for the
 # host test suite: put its source in .deps/googletest (or set KINET_GTEST_SOURCE_DIR).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,27 +35,29 @@ if [ "$host_suite" = ON ]; then
   echo "== host test suite (ctest)"; ctest --test-dir build-gpu -LE gpu --output-on-failure -j 8 > "$out/ctest.log" 2>&1; r=$?
   tail -5 "$out/ctest.log"; rc=$((rc | r))
 fi
-if [ -z "${SKIP_SANITIZER:-}" ]; then
-  echo "== compute-sanitizer memcheck"
-  compute-sanitizer --tool memcheck --error-exitcode 3 $gt put_get 2>&1 | tail -4 | tee "$out/sanitizer.log"; rc=$((rc | PIPESTATUS[0]))
-  compute-sanitizer --tool memcheck --error-exitcode 3 $gt cta_coop 2>&1 | tail -3 | tee -a "$out/sanitizer.log"; rc=$((rc | PIPESTATUS[0]))
-  echo "== compute-sanitizer racecheck"
-  compute-sanitizer --tool racecheck --error-exitcode 3 $gt cta_coop 2>&1 | tail -3 | tee -a "$out/sanitizer.log"; rc=$((rc | PIPESTATUS[0]))
-  compute-sanitizer --tool racecheck --error-exitcode 3 $gt warp_coop 2>&1 | tail -3 | tee -a "$out/sanitizer.log"; rc=$((rc | PIPESTATUS[0]))
+if [ -z "${SKIP_SANITIZER:-}" ]; then  # the whole GPU suite under each tool
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool"
+    echo "== $tool" >> "$out/sanitizer.log"
+    timeout -k 10 200 compute-sanitizer --tool $tool --error-exitcode 3 $gt > build-gpu/sanitizer-$tool.log 2>&1; r=$?
+    grep -E "FAILED|tests passed|ERROR SUMMARY|RACECHECK SUMMARY" build-gpu/sanitizer-$tool.log | tee -a "$out/sanitizer.log"
+    echo "exit $r" | tee -a "$out/sanitizer.log"; rc=$((rc | r))
+  done
 fi
 if [ -z "${SKIP_BENCH:-}" ]; then
   # kinet-perf --gpu: kernels post through emu, GPU 0 -> GPU 1. Each WQE on GPU
   # memory costs ~17 us in emu: the sweep (2 B .. 1 MiB, 1000 iterations per
   # size, ~20k WQEs per test) takes a few seconds, the warp and CTA runs below
   # 1 s each; `timeout` only bounds a hang.
-  echo "== kinet-perf --gpu"
+  echo "== kinet-perf --gpu (tables in perf-gpu.log)"
   timeout -k 10 240 build-gpu/tools/kinet-perf --gpu --test write_lat,write_bw,read_bw,atomic_lat --sweep \
-    --iters 1000 --json "$out/perf-gpu.json" 2>&1 | cat; rc=$((rc | PIPESTATUS[0]))
-  echo "== kinet-perf --gpu, one warp (32 threads) and one CTA (256 threads) posting"
-  timeout -k 10 120 build-gpu/tools/kinet-perf --gpu --test write_bw,read_bw --size 4K --gpu-threads 32 2>&1 | cat
-  rc=$((rc | PIPESTATUS[0]))
-  timeout -k 10 120 build-gpu/tools/kinet-perf --gpu --test write_bw,read_bw --size 4K --gpu-threads 256 \
-    --tx-depth 512 2>&1 | cat; rc=$((rc | PIPESTATUS[0]))
+    --iters 1000 --json "$out/perf-gpu.json" > "$out/perf-gpu.log" 2>&1; r=$?; rc=$((rc | r)); echo "sweep exit $r"
+  for extra in "--gpu-threads 32" "--gpu-threads 256 --tx-depth 512" "--rings gpu"; do
+    echo "== kinet-perf --gpu --test write_lat,write_bw --size 4K $extra" >> "$out/perf-gpu.log"
+    timeout -k 10 120 build-gpu/tools/kinet-perf --gpu --test write_lat,write_bw --size 4K $extra >> "$out/perf-gpu.log" 2>&1
+    r=$?; rc=$((rc | r)); echo "$extra: exit $r"
+  done
+  grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+" "$out/perf-gpu.log" | tail -12
   if [ -x build-gpu/bench/kinet-post-rate ]; then
     echo "== kinet-post-rate"
     build-gpu/bench/kinet-post-rate ${POST_RATE_ARGS:-} --json "$out/post-rate.json" > "$out/post-rate.log" 2>&1; r=$?

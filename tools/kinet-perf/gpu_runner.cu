@@ -506,7 +506,7 @@ class GpuMemory final : public MemoryOps {
     }
   }
   MemoryKind kind() const override { return MemoryKind::Gpu; }
-  RingPlacement rings() const override { return RingPlacement::Host; }
+  RingPlacement rings() const override { return setup_.rings_in_gpu ? RingPlacement::Gpu : RingPlacement::Host; }
   Posters posters() const override { return Posters::Gpu; }
   void enter_side(int side) override {
     cur_gpu_ = setup_.gpu[side == 0 ? 0 : 1];

@@ -20,6 +20,7 @@ struct GpuSetup {
   int count = 0;           // CUDA devices visible
   int gpu[2] = {0, 0};     // [0] client, [1] server
   std::string name[2];     // their names, e.g. "NVIDIA H200"
+  bool rings_in_gpu = false;  // --rings gpu: send rings and CQs in GPU memory (the emulator copies WQEs out)
 };
 
 struct GpuRunnerConfig {

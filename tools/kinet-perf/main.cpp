@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   kp::GpuSetup gpu;
   if (opt.gpu) {
     if (const int rc = kp::gpu_prepare(&gpu); rc != 0) return rc;  // 77: no CUDA GPU; 2: no GPU runner built
+    gpu.rings_in_gpu = opt.gpu_rings;
   }
   const auto t_start = std::chrono::steady_clock::now();
   kp::Progress progress(opt.progress || isatty(STDERR_FILENO));

@@ -66,6 +66,8 @@ void print_help(const char* argv0) {
       "  --gpu-threads N   bandwidth tests with --gpu: N threads of one warp (N <= 32) or one\n"
       "                    CTA post one WQE each per batch (dev::warp_put/cta_put; reads with\n"
       "                    warp_get/cta_get); default 1 thread (dev::put/get); N <= --tx-depth\n"
+      "  --rings host|gpu  with --gpu: send rings and CQs in pinned host memory (default) or in\n"
+      "                    GPU memory as on real hardware (the emulator then copies each WQE out)\n"
       "\n"
       "Setup and output:\n"
       "  --device NAME     device to open on each side (default emu: a new software NIC)\n"
@@ -201,6 +203,10 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--gpu") {
       flag();
       o.gpu = true;
+    } else if (a == "--rings") {
+      const std::string m = value();
+      if (m == "gpu") o.gpu_rings = true;
+      else if (m != "host") usage_error(argv0, "--rings: expected host or gpu, got " + m);
     } else if (a == "--gpu-threads") {
       uint64_t t = parse_u64(argv0, a, value(), false);
       if (t < 1 || t > 1024) usage_error(argv0, "--gpu-threads must be 1..1024");
@@ -259,6 +265,7 @@ Options parse_options(int argc, char** argv) {
 
   if (o.signal_every > o.tx_depth) usage_error(argv0, "--signal-every must be <= --tx-depth");
   if (gpu_threads_given && !o.gpu) usage_error(argv0, "--gpu-threads needs --gpu");
+  if (o.gpu_rings && !o.gpu) usage_error(argv0, "--rings gpu needs --gpu (host threads post to rings in host memory)");
   if (o.gpu && lat_mode_given)
     usage_error(argv0, "--lat-mode is for host threads (--gpu runs one kernel per endpoint)");
   if (o.gpu && o.gpu_threads > o.tx_depth)

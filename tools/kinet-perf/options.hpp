@@ -34,6 +34,7 @@ struct Options {
   std::string json_path;          // empty = no JSON
   bool progress = false;          // --progress: progress line even when stderr is not a tty
   bool demo = false;
+  bool gpu_rings = false;         // --rings gpu: with --gpu, rings and CQs in GPU memory
   bool gpu = false;               // --gpu: CUDA kernels post, buffers in GPU memory (gpu_runner.cu)
   uint32_t gpu_threads = 1;       // --gpu-threads: bw tests, threads of one warp/CTA posting together
   uint64_t timeout_ms = 0;        // 0 = library default ($KINET_TIMEOUT_MS or 10 s)

@@ -236,7 +236,20 @@ void Nic::run_engine() {
       seen_gen = gen;
     }
     bool work = false;
-    for (auto& qp : snapshot) work |= QpRunner(*this, *qp).step();
+    for (auto& qp : snapshot) {
+      try {
+        work |= QpRunner(*this, *qp).step();
+      } catch (const std::exception& e) {
+        // A data move or CQE write that CUDA refused (e.g. the GPU faulted):
+        // the QP can't go on, the engine and the other QPs can.
+        {
+          std::lock_guard<std::mutex> g(qp->err_mu);
+          if (qp->last_error.empty()) qp->last_error = std::string("NIC engine failed: ") + e.what();
+        }
+        qp->state.store(QpState::Error, std::memory_order_release);
+        KINET_LOG(Error, "%s: QP %s moved to ERROR: %s", name.c_str(), hex(qp->qpn).c_str(), e.what());
+      }
+    }
     if (work) {
       idle = 0;
     } else if (++idle < 4096) {
