@@ -884,31 +884,9 @@ class GpuRunner final : public Runner {
     if (!peer_abort.empty()) throw PerfError(peer_abort);
   }
 
-  // Fresh payload: random bytes, never zero.
-  void fill_random(uint8_t* dst, size_t n) {
-    stage_.resize(n);
-    size_t i = 0;
-    while (i < n) {
-      uint64_t r = rng_();
-      for (int k = 0; k < 8 && i < n; ++k, r >>= 8) stage_[i++] = static_cast<uint8_t>(1 + (r & 0xff) % 255);
-    }
-    tb_.mem().copy_to(dst, stage_.data(), n);
-  }
-
-  // Compares n bytes at got against want (both GPU memory); throws on the first difference.
+  void fill_random(uint8_t* dst, size_t n) { perf::fill_random(tb_.mem(), rng_, stage_, dst, n); }
   void verify(const uint8_t* want, const uint8_t* got, size_t n, const std::string& what) {
-    std::vector<uint8_t> a(n), b(n);
-    tb_.mem().copy_from(a.data(), want, n);
-    tb_.mem().copy_from(b.data(), got, n);
-    if (std::memcmp(a.data(), b.data(), n) == 0) return;
-    size_t off = 0;
-    while (a[off] == b[off]) ++off;
-    size_t bad = 0;
-    for (size_t k = off; k < n; ++k) bad += a[k] != b[k];
-    char m[160];
-    std::snprintf(m, sizeof m, ": data mismatch at offset %zu of %zu (expected 0x%02x, found 0x%02x; %zu bytes differ)",
-                  off, n, a[off], b[off], bad);
-    throw PerfError(what + m);
+    verify_bytes(tb_.mem(), want, got, n, what);
   }
 
   std::vector<double> samples_us(const DevBuf& buf, uint64_t count, double scale) {

@@ -1,11 +1,15 @@
 // kinet-perf — endpoint setup.
 #include "testbed.hpp"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
+
+#include "runner.hpp"
 
 namespace kinet::perf {
 
@@ -102,6 +106,31 @@ Testbed::~Testbed() {
 uint64_t Testbed::timeout_ns() const {
   const uint64_t ms = cfg_.timeout_ms ? cfg_.timeout_ms : default_timeout_ms();
   return ms * 1000000ull;
+}
+
+void fill_random(MemoryOps& mem, std::mt19937_64& rng, std::vector<uint8_t>& stage, uint8_t* dst, size_t n) {
+  stage.resize(n);
+  size_t i = 0;
+  while (i < n) {
+    uint64_t r = rng();
+    for (int k = 0; k < 8 && i < n; ++k, r >>= 8) stage[i++] = static_cast<uint8_t>(1 + (r & 0xff) % 255);
+  }
+  mem.copy_to(dst, stage.data(), n);
+}
+
+void verify_bytes(MemoryOps& mem, const uint8_t* want, const uint8_t* got, size_t n, const std::string& what) {
+  std::vector<uint8_t> a(n), b(n);
+  mem.copy_from(a.data(), want, n);
+  mem.copy_from(b.data(), got, n);
+  if (std::memcmp(a.data(), b.data(), n) == 0) return;
+  size_t off = 0;
+  while (a[off] == b[off]) ++off;
+  size_t bad = 0;
+  for (size_t k = off; k < n; ++k) bad += a[k] != b[k];
+  char m[160];
+  std::snprintf(m, sizeof m, ": data mismatch at offset %zu of %zu (expected 0x%02x, found 0x%02x; %zu bytes differ)",
+                off, n, a[off], b[off], bad);
+  throw PerfError(what + m);
 }
 
 }  // namespace kinet::perf

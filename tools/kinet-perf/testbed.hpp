@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,13 @@ class MemoryOps {
 };
 // Page-aligned host memory.
 std::unique_ptr<MemoryOps> make_host_memory();
+
+// Fresh payload: n random bytes, never zero, written to dst through `mem`
+// (`stage` is a reusable host buffer).
+void fill_random(MemoryOps& mem, std::mt19937_64& rng, std::vector<uint8_t>& stage, uint8_t* dst, size_t n);
+// Compares n bytes at got against want (both in `mem`'s memory); throws
+// PerfError naming `what`, the first differing offset and how many differ.
+void verify_bytes(MemoryOps& mem, const uint8_t* want, const uint8_t* got, size_t n, const std::string& what);
 
 struct TestbedConfig {
   std::string device = "emu";
