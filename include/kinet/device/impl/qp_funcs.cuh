@@ -134,7 +134,7 @@ KINET_HD uint8_t* slot(const QpHandle& q, uint64_t idx) {
 
 // Status of a completed ticket, from the first error the CQ reported.
 template <Sharing S> KINET_HD Status completed_status(const QpHandle& q, Ticket t) {
-  const int32_t es = load_acquire<kScope<S> == Scope::Thread ? Scope::Thread : kScope<S>>(&q.state->error_status);
+  const int32_t es = load_acquire<kScope<S>>(&q.state->error_status);
   if (es == 0) return Status::Ok;
   const uint64_t last = t.idx - 1;
   const uint64_t ew = q.state->error_wqe;
@@ -352,7 +352,7 @@ template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q) {
       s->error_wqe = idx;
       s->error_syndrome = e->syndrome;
       s->error_vendor_syndrome = e->vendor_err_synd;
-      store_release<kScope<S> == Scope::Thread ? Scope::Thread : kScope<S>>(
+      store_release<kScope<S>>(
           &s->error_status, static_cast<int32_t>(status_from_syndrome(e->syndrome)));
     }
     comp = idx + 1;
