@@ -709,15 +709,6 @@ class GpuRunner final : public Runner {
     }
   }
 
-  Result run(const TestCase& tc, Progress& pr) override {
-    switch (tc.kind) {
-      case TestKind::WriteLat: return write_lat(tc, pr);
-      case TestKind::WriteBw: return bw(tc, pr, false);
-      case TestKind::ReadBw: return bw(tc, pr, true);
-      case TestKind::AtomicLat: return atomic_lat(tc, pr);
-    }
-    throw PerfError("unknown test");
-  }
 
  private:
   // One launched kernel, as the host tracks it.
@@ -898,7 +889,7 @@ class GpuRunner final : public Runner {
     return us;
   }
 
-  Result write_lat(const TestCase& tc, Progress& pr) {
+  Result write_lat(const TestCase& tc, Progress& pr) override {
     tc_is_bw_ = false;
     Endpoint& c = tb_.client();
     Endpoint& s = tb_.server();
@@ -960,7 +951,7 @@ class GpuRunner final : public Runner {
     return r;
   }
 
-  Result bw(const TestCase& tc, Progress& pr, bool read) {
+  Result bw(const TestCase& tc, Progress& pr, bool read) override {
     tc_is_bw_ = true;
     Endpoint& c = tb_.client();
     Endpoint& s = tb_.server();
@@ -1044,7 +1035,7 @@ class GpuRunner final : public Runner {
     return r;
   }
 
-  Result atomic_lat(const TestCase& tc, Progress& pr) {
+  Result atomic_lat(const TestCase& tc, Progress& pr) override {
     tc_is_bw_ = false;
     Endpoint& c = tb_.client();
     Endpoint& s = tb_.server();

@@ -56,15 +56,6 @@ class HostRunner final : public Runner {
       default: return "one host thread posting on the client, server passive";
     }
   }
-  Result run(const TestCase& tc, Progress& pr) override {
-    switch (tc.kind) {
-      case TestKind::WriteLat: return write_lat(tc, pr);
-      case TestKind::WriteBw: return bw(tc, pr, false);
-      case TestKind::ReadBw: return bw(tc, pr, true);
-      case TestKind::AtomicLat: return atomic_lat(tc, pr);
-    }
-    throw PerfError("unknown test");
-  }
 
  private:
   void fill_random(uint8_t* dst, size_t n) { perf::fill_random(tb_.mem(), rng_, stage_, dst, n); }
@@ -122,7 +113,7 @@ class HostRunner final : public Runner {
     return st == Status::Ok ? wait_ticket(h, t) : st;
   }
 
-  Result write_lat(const TestCase& tc, Progress& pr) {
+  Result write_lat(const TestCase& tc, Progress& pr) override {
     Endpoint& c = tb_.client();
     Endpoint& s = tb_.server();
     const size_t n = tc.size;
@@ -201,7 +192,7 @@ class HostRunner final : public Runner {
     return r;
   }
 
-  Result bw(const TestCase& tc, Progress& pr, bool read) {
+  Result bw(const TestCase& tc, Progress& pr, bool read) override {
     Endpoint& c = tb_.client();
     Endpoint& s = tb_.server();
     const size_t n = tc.size;
@@ -278,7 +269,7 @@ class HostRunner final : public Runner {
     return r;
   }
 
-  Result atomic_lat(const TestCase& tc, Progress& pr) {
+  Result atomic_lat(const TestCase& tc, Progress& pr) override {
     Endpoint& c = tb_.client();
     Endpoint& s = tb_.server();
     const dev::QpHandle h = c.qps[0]->handle();

@@ -60,7 +60,20 @@ class Runner {
   virtual std::string name() const = 0;        // "host-threads"
   virtual std::string describe(const TestCase& tc) const = 0;  // one line for the table header
   // Runs one test case. Throws PerfError (or kinet::Error) on failure.
-  virtual Result run(const TestCase& tc, Progress& progress) = 0;
+  Result run(const TestCase& tc, Progress& progress) {
+    switch (tc.kind) {
+      case TestKind::WriteLat: return write_lat(tc, progress);
+      case TestKind::WriteBw: return bw(tc, progress, false);
+      case TestKind::ReadBw: return bw(tc, progress, true);
+      case TestKind::AtomicLat: return atomic_lat(tc, progress);
+    }
+    throw PerfError("unknown test");
+  }
+
+ protected:
+  virtual Result write_lat(const TestCase& tc, Progress& progress) = 0;
+  virtual Result bw(const TestCase& tc, Progress& progress, bool read) = 0;  // write_bw, or read_bw
+  virtual Result atomic_lat(const TestCase& tc, Progress& progress) = 0;
 };
 
 struct HostRunnerConfig {
