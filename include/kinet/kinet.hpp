@@ -67,6 +67,8 @@ struct DeviceAttr {
   uint32_t max_qp_wr;     // largest send ring
   uint32_t max_msg;       // largest message one WQE carries
   bool gpu_memory;        // can register and move GPU memory
+  uint32_t max_mr = 0;    // most memory regions alive at once
+  uint32_t max_qp = 0;    // most QPs alive at once
 };
 
 class MemoryRegion {
@@ -99,14 +101,18 @@ struct QpInfo {
   uint8_t port;
   uint32_t reserved[5];
   std::vector<uint8_t> serialize() const;
-  static QpInfo deserialize(const void* data, size_t len);  // throws on a bad blob
+  // Throws InvalidArgument naming the bad field: magic, version, provider
+  // (1 or 2), qpn (1 .. 2^24-1), mtu (1..5), port (>= 1).
+  void validate() const;
+  // Checks the length (exactly 64 bytes), then validate().
+  static QpInfo deserialize(const void* data, size_t len);
 };
 static_assert(sizeof(QpInfo) == 64);
 
 struct QpConfig {
   uint32_t sq_depth = 256;         // power of two, 2 .. DeviceAttr::max_qp_wr
   uint32_t signal_period = 0;      // power of two <= sq_depth/2; 0 = sq_depth/4
-  uint32_t max_msg = 0;            // split transfers above this; 0 = the device's max
+  uint32_t max_msg = 0;            // split transfers above this; 0 = the device's max; larger: InvalidArgument
   RingPlacement rings = RingPlacement::Host;
   // Who posts: with Gpu, the posting bookkeeping (dev::SqState: indices and
   // locks that every posting thread hits with atomics) lives in GPU memory,
@@ -114,52 +120,95 @@ struct QpConfig {
   // RingPlacement::Gpu implies it. GPU memory is taken on the current CUDA
   // device: create the QP with the posting kernels' device current.
   Posters posters = Posters::Host;
-  uint64_t timeout_ms = 0;         // bound of device-verb waits; 0 = $KINET_TIMEOUT_MS or 10000
+  // Bound of device-verb waits; 0 = $KINET_TIMEOUT_MS or 10000. Values past
+  // 2^64 ns saturate (UINT64_MAX = practically unbounded).
+  uint64_t timeout_ms = 0;
 };
 
+// Every method but qpn(), state() and last_error() throws BadState ("emu0 was
+// closed", "... protection domain was destroyed") once the QP's device or PD
+// is gone.
 class QueuePair {
  public:
   virtual ~QueuePair() = default;
   virtual uint32_t qpn() const = 0;
   virtual QpState state() const = 0;
   virtual QpInfo info() const = 0;
-  // The transitions the hardware needs, checked in order.
+  // The transitions the hardware needs, checked in order. Each is atomic: it
+  // happens only from the state it needs (else BadState), so a concurrent
+  // to_error() (or a fault found by the NIC) is never undone; nothing but
+  // reset() leaves ERROR. A transition that throws leaves the state as it was.
   // to_init: RESET -> INIT; `remote_access` = the remote operations this QP accepts.
   virtual void to_init(uint32_t remote_access) = 0;
-  virtual void to_rtr(const QpInfo& remote) = 0;  // INIT -> RTR, bound to the peer
+  virtual void to_rtr(const QpInfo& remote) = 0;  // INIT -> RTR, bound to the peer (remote.validate()d)
   virtual void to_rts() = 0;                      // RTR -> RTS
   virtual void to_error() = 0;                    // any -> ERROR (outstanding WQEs are flushed)
-  // RESET -> INIT -> RTR -> RTS in one call.
+  // Any -> RESET, as IB allows: the QP answers no peer until connected again.
+  // Call it with nothing in flight (after quiet() or the waits of what was
+  // posted); the ring keeps its indices, and an error the device verbs
+  // recorded in the posting state (dev::SqState) stays recorded.
+  virtual void reset() = 0;
+  // RESET -> INIT -> RTR -> RTS in one call. If a step after to_init() fails,
+  // the QP goes back to RESET (never left half-connected) and the error is
+  // rethrown; if to_init() itself fails the state is untouched.
   void connect(const QpInfo& remote, uint32_t remote_access = kAccessAll) {
     to_init(remote_access);
-    to_rtr(remote);
-    to_rts();
+    try {
+      to_rtr(remote);
+      to_rts();
+    } catch (...) {
+      try {
+        reset();
+      } catch (...) {  // the first error is the one to report
+      }
+      throw;
+    }
   }
   // Device handle for kernels and host threads. Valid while this object lives.
   virtual dev::QpHandle handle() const = 0;
-  // Human-readable description of the first error CQE (empty if none), e.g.
-  // "WQE 17 RDMA_WRITE 4096 B: rkey 0x1234 is not registered on emu1".
+  // Human-readable description of the first error CQE, e.g.
+  // "WQE 17 RDMA_WRITE 4096 B: rkey 0x1234 is not registered on emu1"; if
+  // there is none, the first failure the device verbs recorded
+  // (dev::SqState::local_error), e.g. "device verbs: timed out waiting for a
+  // completion (status 12)"; else empty.
   virtual std::string last_error() const = 0;
 };
 
 class ProtectionDomain {
  public:
   virtual ~ProtectionDomain() = default;
-  // Registers [addr, addr+len) (host or GPU memory). Throws on a null or
-  // empty range, or GPU memory on a device that can't reach it.
+  // Registers [addr, addr+len) (host or GPU memory). Throws InvalidArgument,
+  // as ibv_reg_mr fails, on a null or empty range, one that wraps the address
+  // space, host memory that is not mapped and readable throughout, or not
+  // writable throughout when `access` has kLocalWrite; NotSupported for GPU
+  // memory on a device that can't reach it; ResourceExhausted when
+  // DeviceAttr::max_mr regions are alive. A freed key is not reused for the
+  // next registration at its index (its 8-bit generation changes).
   virtual std::unique_ptr<MemoryRegion> reg_mr(void* addr, size_t len, uint32_t access) = 0;
+  // ResourceExhausted when DeviceAttr::max_qp QPs are alive; QP numbers, like
+  // keys, carry a generation.
   virtual std::unique_ptr<QueuePair> create_qp(const QpConfig& cfg = {}) = 0;
 };
+// Objects outlive their parents safely: a PD whose device was closed throws
+// BadState ("emu0 was closed") from reg_mr/create_qp. Destroying a PD
+// invalidates the keys of its MRs and moves its QPs to ERROR.
 
 struct DeviceOptions {
-  uint32_t emu_max_msg = 1u << 30;  // emu: largest message per WQE (as a NIC's max_msg_sz)
+  // emu: largest message per WQE, in [1, 2^30] (ConnectX's log_max_msg is 30).
+  uint32_t emu_max_msg = 1u << 30;
+  // emu: most MRs / QPs alive at once, in [1, 2^24-1] / [1, 2^16-1]. Keys
+  // and QP numbers are (index << 8 | generation): small limits make indices
+  // (and generation wrap) come around quickly, which tests use.
+  uint32_t emu_max_mr = (1u << 24) - 1;
+  uint32_t emu_max_qp = (1u << 16) - 1;
 };
 
 class Device {
  public:
   virtual ~Device() = default;
   // Opens a device by name: "emu" (a new software NIC, named emuN), "emuN",
-  // or an RDMA device name (mlx5 provider, when built). Throws NotFound.
+  // or an RDMA device name (mlx5 provider, when built). Throws NotFound,
+  // InvalidArgument (options), ResourceExhausted (memory, threads).
   static std::unique_ptr<Device> open(std::string_view name = "emu", const DeviceOptions& opt = {});
   virtual const DeviceAttr& attr() const = 0;
   const std::string& name() const { return attr().name; }

@@ -64,7 +64,8 @@ struct SqState {
   uint8_t error_syndrome;
   uint8_t error_vendor_syndrome;
   uint8_t broken;        // a reservation was abandoned after a timeout
-  uint8_t pad[5];
+  uint8_t local_error;   // Status (as uint8_t) of the first device-side failure (timeout, QpBroken); 0 = none
+  uint8_t pad[4];
 };
 static_assert(sizeof(SqState) == 72);
 

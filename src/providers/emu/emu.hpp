@@ -38,6 +38,24 @@ struct MrEntry {
 
 struct Nic;
 
+// ---- control path (ctl): numbering of live objects ----------------------------
+// Memory keys and QP numbers are (index << 8 | generation). Indices are
+// taken round robin from [1, limit], so a freed one is reused only after
+// every other free index was; its generation is bumped on each release, so
+// even then the old number doesn't name the new object (for 255 more reuses).
+// Not thread-safe: the owner's mutex guards it.
+struct IdSpace {
+  uint32_t limit = 0;       // most ids alive at once (indices 1..limit)
+  uint8_t first_gen = 0;    // generation of an index's first use
+  uint32_t cursor = 0;      // last index handed out
+  uint32_t live = 0;
+  std::vector<uint8_t> gen;  // [index], grown as indices are first used
+  std::vector<bool> used;
+  // Takes a free index; false when `limit` are alive. May throw bad_alloc.
+  bool take(uint32_t* id);
+  void release(uint32_t id);
+};
+
 // One RC QP with its send ring and CQ, shared by the host object, the
 // engine and the fabric (peers executing against it).
 struct EmuQp {
@@ -67,6 +85,10 @@ struct EmuQp {
   uint64_t cq_pi = 0;  // CQEs written
   mutable std::mutex err_mu;
   std::string last_error;
+  // Control path (ctl): serialises the host's transitions (the NIC may still
+  // move the state to ERROR concurrently: transitions compare-exchange).
+  std::mutex ctl_mu;
+  std::shared_ptr<const std::atomic<bool>> pd_destroyed;  // set by ~ProtectionDomain
 
   ~EmuQp();
 };
@@ -78,14 +100,16 @@ struct Nic {
   // Memory keys.
   std::shared_mutex mr_mu;
   std::unordered_map<uint32_t, MrEntry> mrs;
-  uint32_t next_mr_index = 0x1000;
   uint8_t key_tag = 0;
   // QPs.
   std::mutex qp_mu;
   std::unordered_map<uint32_t, std::shared_ptr<EmuQp>> qps;
   std::atomic<uint64_t> qp_generation{0};
-  uint32_t next_qpn = 0x48;
   std::atomic<uint32_t> next_pd{1};
+  // Control path (ctl).
+  IdSpace mr_ids;  // memory keys, under mr_mu
+  IdSpace qp_ids;  // QP numbers, under qp_mu
+  std::atomic<bool> closed{false};  // the Device object is gone: control calls throw BadState
   // Serialises atomics on GPU memory (host memory uses CPU atomics).
   std::mutex gpu_atomic_mu;
   // Engine.

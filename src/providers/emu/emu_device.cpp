@@ -1,6 +1,11 @@
 // kinet emu — host control path objects of the software NIC.
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <limits>
+#include <new>
 #include <random>
+#include <system_error>
 
 #include "core/cuda_shim.hpp"
 #include "core/log.hpp"
@@ -13,10 +18,94 @@ bool is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
 uint32_t log2u(uint64_t v) { return static_cast<uint32_t>(63 - __builtin_clzll(v)); }
 
 constexpr uint32_t kMaxQpWr = 1u << 15;  // 16-bit WQE counters in CQEs need < 2^16 outstanding
+constexpr uint32_t kMaxMsg = 1u << 30;   // ConnectX log_max_msg = 30
+constexpr uint32_t kMaxMrLimit = (1u << 24) - 1;  // key index: 24 bits
+constexpr uint32_t kMaxQpLimit = (1u << 16) - 1;  // QPN index: 16 bits under the 24-bit QPN
+
+[[noreturn]] void closed_error(const Nic& nic, const std::string& who, const char* op) {
+  throw Error(ErrorCode::BadState, who + ": " + op + ": " + nic.name + " was closed");
+}
+
+// Runs f; std::bad_alloc and std::system_error become kinet::Error saying
+// which call failed and why (every failure of the API is a kinet::Error).
+template <class F>
+auto guarded(const std::string& who, const char* op, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::ResourceExhausted, who + ": " + op + ": out of host memory");
+  } catch (const std::system_error& e) {
+    const bool exhausted = e.code() == std::errc::resource_unavailable_try_again ||
+                           e.code() == std::errc::not_enough_memory;
+    throw Error(exhausted ? ErrorCode::ResourceExhausted : ErrorCode::System,
+                who + ": " + op + ": " + e.what());
+  }
+}
+
+// ibv_reg_mr's check of host memory: every byte of [addr, addr+len) mapped
+// and readable, and writable when `write`. Reads /proc/self/maps (sorted by
+// address); without it (not Linux) nothing is checked.
+void check_mapping(const std::string& who, uint64_t addr, uint64_t len, bool write) {
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return;
+  const uint64_t end = addr + len;  // no wrap: checked by the caller
+  uint64_t pos = addr;              // first byte not yet found mapped
+  char* line = nullptr;
+  size_t cap = 0;
+  std::string why;
+  errno = 0;
+  while (pos < end && getline(&line, &cap, f) > 0) {
+    unsigned long long lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) != 3 || hi <= pos) continue;
+    if (lo > pos) break;  // a hole at pos
+    const char* hole = perms[0] != 'r' ? "is not readable (first unreadable byte "
+                       : write && perms[1] != 'w' ? "is read-only but local write access needs a writable mapping "
+                                                    "(first read-only byte "
+                                                  : nullptr;
+    if (hole) {
+      why = hole + hex(pos) + ")";
+      break;
+    }
+    pos = hi;
+  }
+  const bool nomem = errno == ENOMEM;
+  std::free(line);
+  std::fclose(f);
+  const std::string range = "[" + hex(addr) + ", +" + std::to_string(len) + ")";
+  if (nomem) throw Error(ErrorCode::ResourceExhausted, who + ": reg_mr: out of memory reading /proc/self/maps");
+  if (!why.empty()) throw Error(ErrorCode::InvalidArgument, who + ": reg_mr: " + range + " " + why);
+  if (pos < end)
+    throw Error(ErrorCode::InvalidArgument,
+                who + ": reg_mr: " + range + " is not mapped (first unmapped byte " + hex(pos) + ")");
+}
+
+// Returns an id (MR key index or QPN index) to its space once the object
+// that held it is gone: a member, so it runs after the destructor's body
+// has removed the id from the NIC's tables.
+struct IdLease {
+  std::shared_ptr<Nic> nic;
+  bool mr = true;
+  uint32_t id = 0;
+  IdLease(std::shared_ptr<Nic> n, bool is_mr, uint32_t i) : nic(std::move(n)), mr(is_mr), id(i) {}
+  IdLease(const IdLease&) = delete;
+  ~IdLease() {
+    if (mr) {
+      std::unique_lock<std::shared_mutex> g(nic->mr_mu);
+      nic->mr_ids.release(id);
+    } else {
+      std::lock_guard<std::mutex> g(nic->qp_mu);
+      nic->qp_ids.release(id);
+    }
+  }
+};
 
 class EmuMr final : public MemoryRegion {
  public:
-  EmuMr(std::shared_ptr<Nic> nic, uint32_t key, const MrEntry& e) : nic_(std::move(nic)), key_(key), e_(e) {}
+  EmuMr(std::shared_ptr<Nic> nic, uint32_t key, const MrEntry& e)
+      : lease_(nic, true, key >> 8), nic_(std::move(nic)), key_(key), e_(e) {}
   ~EmuMr() override {
     {
       std::unique_lock<std::shared_mutex> g(nic_->mr_mu);
@@ -33,6 +122,7 @@ class EmuMr final : public MemoryRegion {
   uint32_t rkey_value() const override { return key_; }
 
  private:
+  IdLease lease_;  // destroyed last: the key index is free only once the key is gone
   std::shared_ptr<Nic> nic_;
   uint32_t key_;
   MrEntry e_;
@@ -40,7 +130,7 @@ class EmuMr final : public MemoryRegion {
 
 class EmuQueuePair final : public QueuePair {
  public:
-  explicit EmuQueuePair(std::shared_ptr<EmuQp> qp) : qp_(std::move(qp)) {}
+  explicit EmuQueuePair(std::shared_ptr<EmuQp> qp) : lease_(qp->nic, false, qp->qpn >> 8), qp_(std::move(qp)) {}
   ~EmuQueuePair() override {
     Nic& nic = *qp_->nic;
     std::lock_guard<std::mutex> g(nic.qp_mu);
@@ -50,6 +140,7 @@ class EmuQueuePair final : public QueuePair {
   uint32_t qpn() const override { return qp_->qpn; }
   QpState state() const override { return qp_->state.load(std::memory_order_acquire); }
   QpInfo info() const override {
+    check_alive("info");
     QpInfo i{};
     i.magic = QpInfo::kMagic;
     i.version = 1;
@@ -62,32 +153,54 @@ class EmuQueuePair final : public QueuePair {
     return i;
   }
   void to_init(uint32_t remote_access) override {
+    std::lock_guard<std::mutex> g(qp_->ctl_mu);
+    check_alive("to_init");
     expect(QpState::Reset, "to_init");
     if (remote_access & ~uint32_t(kAccessAll))
       throw Error(ErrorCode::InvalidArgument, name() + ": to_init: unknown access bits " + hex(remote_access));
     qp_->remote_access = remote_access;
-    qp_->state.store(QpState::Init, std::memory_order_release);
+    move(QpState::Reset, QpState::Init, "to_init");
   }
   void to_rtr(const QpInfo& r) override {
+    std::lock_guard<std::mutex> g(qp_->ctl_mu);
+    check_alive("to_rtr");
     expect(QpState::Init, "to_rtr");
-    if (r.magic != QpInfo::kMagic || r.version != 1)
-      throw Error(ErrorCode::InvalidArgument, name() + ": to_rtr: remote QP info is not a kinet v1 blob");
+    try {
+      r.validate();
+    } catch (const Error& e) {
+      throw Error(e.code(), name() + ": to_rtr: remote " + e.what());
+    }
     if (r.provider != 1)
       throw Error(ErrorCode::NotSupported, name() + ": to_rtr: remote QP belongs to provider " +
                                                std::to_string(r.provider) + ", emu connects only to emu");
+    if (r.port != 1)
+      throw Error(ErrorCode::InvalidArgument, name() + ": to_rtr: remote port " + std::to_string(r.port) +
+                                                  " does not exist (emu devices have one port, 1)");
     if (!fabric().reachable(r.node))
       throw Error(ErrorCode::NotFound, name() + ": to_rtr: no emu device at fabric address " + std::to_string(r.node) +
                                            " in this process");
     qp_->remote_node = r.node;
     qp_->remote_qpn = r.qpn;
-    qp_->state.store(QpState::Rtr, std::memory_order_release);
+    move(QpState::Init, QpState::Rtr, "to_rtr");
   }
   void to_rts() override {
-    expect(QpState::Rtr, "to_rts");
-    qp_->state.store(QpState::Rts, std::memory_order_release);
+    std::lock_guard<std::mutex> g(qp_->ctl_mu);
+    check_alive("to_rts");
+    move(QpState::Rtr, QpState::Rts, "to_rts");
   }
-  void to_error() override { qp_->state.store(QpState::Error, std::memory_order_release); }
+  void to_error() override {
+    check_alive("to_error");
+    qp_->state.store(QpState::Error, std::memory_order_release);
+  }
+  void reset() override {
+    std::lock_guard<std::mutex> g(qp_->ctl_mu);
+    check_alive("reset");
+    // Through ERROR, so WQEs the NIC has yet to see are flushed, not executed.
+    qp_->state.store(QpState::Error, std::memory_order_release);
+    qp_->state.store(QpState::Reset, std::memory_order_release);
+  }
   dev::QpHandle handle() const override {
+    check_alive("handle");
     dev::QpHandle h{};
     h.sq = qp_->sq;
     h.dbrec = qp_->dbrec;
@@ -97,7 +210,10 @@ class EmuQueuePair final : public QueuePair {
     h.cq.dbrec = qp_->cq_dbrec;
     h.cq.log_n = qp_->log_n;
     h.cq.cqn = qp_->qpn;
-    h.timeout_ns = qp_->cfg.timeout_ms * 1000000ull;
+    // Saturates: UINT64_MAX ms must not wrap to a bound that expires at once.
+    constexpr uint64_t kMaxMs = std::numeric_limits<uint64_t>::max() / 1000000ull;
+    h.timeout_ns = qp_->cfg.timeout_ms > kMaxMs ? std::numeric_limits<uint64_t>::max()
+                                                : qp_->cfg.timeout_ms * 1000000ull;
     h.log_n = qp_->log_n;
     h.qpn = qp_->qpn;
     h.qpn_be8 = kinet::detail::bswap32_constexpr(qp_->qpn << 8);
@@ -109,57 +225,150 @@ class EmuQueuePair final : public QueuePair {
     return h;
   }
   std::string last_error() const override {
-    std::lock_guard<std::mutex> g(qp_->err_mu);
-    return qp_->last_error;
+    {
+      std::lock_guard<std::mutex> g(qp_->err_mu);
+      if (!qp_->last_error.empty()) return qp_->last_error;
+    }
+    // No error CQE: a failure the device verbs recorded (e.g. a timeout).
+    uint8_t local = 0;
+    const bool on_gpu = qp_->block_on_gpu || qp_->gpu_state;
+    if (on_gpu) {
+      try {
+        dev::SqState st;
+        cuda::copy(&st, qp_->qstate, sizeof st);
+        local = st.local_error;
+      } catch (const Error& e) {
+        return std::string("device verbs: can't read the posting state: ") + e.what();
+      }
+    } else {
+      local = std::atomic_ref<uint8_t>(qp_->qstate->local_error).load(std::memory_order_acquire);
+    }
+    if (local != 0)
+      return std::string("device verbs: ") + status_string(static_cast<Status>(local)) + " (status " +
+             std::to_string(local) + ")";
+    return {};
   }
 
  private:
+  IdLease lease_;  // destroyed last: the QPN index is free only once the QP left the NIC's table
   std::shared_ptr<EmuQp> qp_;
   std::string name() const { return qp_->nic->name + " QP " + hex(qp_->qpn); }
+  // BadState once the device or the PD is gone.
+  void check_alive(const char* op) const {
+    if (qp_->nic->closed.load(std::memory_order_acquire)) closed_error(*qp_->nic, name(), op);
+    if (qp_->pd_destroyed && qp_->pd_destroyed->load(std::memory_order_acquire))
+      throw Error(ErrorCode::BadState, name() + ": " + op + ": its protection domain was destroyed");
+  }
   void expect(QpState want, const char* op) const {
     const QpState s = state();
     if (s != want)
       throw Error(ErrorCode::BadState, name() + ": " + op + " needs state " + qp_state_name(want) + ", QP is in " +
                                            qp_state_name(s));
   }
+  // from -> to only if the state is still `from` (the NIC may have moved it to ERROR).
+  void move(QpState from, QpState to, const char* op) {
+    QpState s = from;
+    if (!qp_->state.compare_exchange_strong(s, to, std::memory_order_acq_rel, std::memory_order_acquire))
+      throw Error(ErrorCode::BadState, name() + ": " + op + " needs state " + qp_state_name(from) + ", QP is in " +
+                                           qp_state_name(s));
+  }
 };
 
 class EmuPd final : public ProtectionDomain {
  public:
-  EmuPd(std::shared_ptr<Nic> nic, uint32_t id) : nic_(std::move(nic)), id_(id) {}
+  EmuPd(std::shared_ptr<Nic> nic, uint32_t id)
+      : nic_(std::move(nic)), id_(id), destroyed_(std::make_shared<std::atomic<bool>>(false)) {}
+  // What outlives the PD can't reach memory through it: its MRs' keys stop
+  // matching (after WQEs already using them finish) and its QPs go to ERROR.
+  ~EmuPd() override {
+    destroyed_->store(true, std::memory_order_release);
+    bool any = false;
+    {
+      std::unique_lock<std::shared_mutex> g(nic_->mr_mu);
+      for (auto it = nic_->mrs.begin(); it != nic_->mrs.end();) {
+        if (it->second.pd == id_) {
+          it = nic_->mrs.erase(it);
+          any = true;
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (any) std::unique_lock<std::shared_mutex> drain(memory_guard());
+    std::lock_guard<std::mutex> g(nic_->qp_mu);
+    for (auto& [n, qp] : nic_->qps)
+      if (qp->pd == id_) qp->state.store(QpState::Error, std::memory_order_release);
+  }
 
   std::unique_ptr<MemoryRegion> reg_mr(void* addr, size_t len, uint32_t access) override {
+    return guarded(nic_->name, "reg_mr", [&] { return register_range(addr, len, access); });
+  }
+  std::unique_ptr<QueuePair> create_qp(const QpConfig& cfg) override {
+    return guarded(nic_->name, "create_qp", [&] { return make_qp(cfg); });
+  }
+
+ private:
+  std::shared_ptr<Nic> nic_;
+  uint32_t id_;
+  std::shared_ptr<std::atomic<bool>> destroyed_;
+
+  std::unique_ptr<MemoryRegion> register_range(void* addr, size_t len, uint32_t access) {
+    if (nic_->closed.load(std::memory_order_acquire)) closed_error(*nic_, nic_->name, "reg_mr");
+    const uint64_t a = reinterpret_cast<uint64_t>(addr);
+    const std::string range = "[" + hex(a) + ", +" + std::to_string(len) + ")";
     if (!addr || len == 0)
-      throw Error(ErrorCode::InvalidArgument, nic_->name + ": reg_mr: empty range (addr " +
-                                                  hex(reinterpret_cast<uint64_t>(addr)) + ", length " +
+      throw Error(ErrorCode::InvalidArgument, nic_->name + ": reg_mr: empty range (addr " + hex(a) + ", length " +
                                                   std::to_string(len) + ")");
     if (access & ~uint32_t(kAccessAll))
       throw Error(ErrorCode::InvalidArgument, nic_->name + ": reg_mr: unknown access bits " + hex(access));
     if ((access & (kRemoteWrite | kRemoteAtomic)) && !(access & kLocalWrite))
       throw Error(ErrorCode::InvalidArgument,
                   nic_->name + ": reg_mr: remote write or atomic access requires local write (as in ibv_reg_mr)");
+    if (len - 1 > std::numeric_limits<uint64_t>::max() - a)
+      throw Error(ErrorCode::InvalidArgument, nic_->name + ": reg_mr: " + range + " wraps the address space");
     MrEntry e;
-    e.addr = reinterpret_cast<uint64_t>(addr);
+    e.addr = a;
     e.len = len;
     e.access = access;
     e.pd = id_;
     e.kind = cuda::pointer_kind(addr);
     if (e.kind == MemoryKind::Gpu && !nic_->attr.gpu_memory)
       throw Error(ErrorCode::NotSupported, nic_->name + ": reg_mr: GPU memory but no CUDA runtime to reach it");
+    if (e.kind == MemoryKind::Host) {
+      if (len > std::numeric_limits<uint64_t>::max() - a)  // ends exactly at 2^64: its last page is never mapped
+        throw Error(ErrorCode::InvalidArgument, nic_->name + ": reg_mr: " + range + " is not mapped (first unmapped byte " +
+                                                    hex(std::numeric_limits<uint64_t>::max()) + ")");
+      check_mapping(nic_->name, a, len, access & kLocalWrite);
+    }
     uint32_t key;
     {
       std::unique_lock<std::shared_mutex> g(nic_->mr_mu);
-      if (nic_->next_mr_index >= 0xffffff)
-        throw Error(ErrorCode::ResourceExhausted, nic_->name + ": reg_mr: memory keys exhausted");
-      key = (nic_->next_mr_index++ << 8) | nic_->key_tag;
-      nic_->mrs[key] = e;
+      if (!nic_->mr_ids.take(&key))
+        throw Error(ErrorCode::ResourceExhausted, nic_->name + ": reg_mr: " + std::to_string(nic_->mr_ids.limit) +
+                                                      " memory regions are alive (DeviceAttr::max_mr)");
+      try {
+        nic_->mrs[key] = e;
+      } catch (...) {
+        nic_->mr_ids.release(key >> 8);
+        throw;
+      }
+    }
+    std::unique_ptr<EmuMr> mr;
+    try {
+      mr = std::make_unique<EmuMr>(nic_, key, e);
+    } catch (...) {
+      std::unique_lock<std::shared_mutex> g(nic_->mr_mu);
+      nic_->mrs.erase(key);
+      nic_->mr_ids.release(key >> 8);
+      throw;
     }
     KINET_LOG(Debug, "%s: registered [%s, +%zu) access %#x key %s", nic_->name.c_str(), hex(e.addr).c_str(), len,
               access, hex(key).c_str());
-    return std::make_unique<EmuMr>(nic_, key, e);
+    return mr;
   }
 
-  std::unique_ptr<QueuePair> create_qp(const QpConfig& cfg_in) override {
+  std::unique_ptr<QueuePair> make_qp(const QpConfig& cfg_in) {
+    if (nic_->closed.load(std::memory_order_acquire)) closed_error(*nic_, nic_->name, "create_qp");
     QpConfig cfg = cfg_in;
     if (!is_pow2(cfg.sq_depth) || cfg.sq_depth < 2 || cfg.sq_depth > kMaxQpWr)
       throw Error(ErrorCode::InvalidArgument, nic_->name + ": create_qp: sq_depth " + std::to_string(cfg.sq_depth) +
@@ -169,7 +378,11 @@ class EmuPd final : public ProtectionDomain {
       throw Error(ErrorCode::InvalidArgument, nic_->name + ": create_qp: signal_period " +
                                                   std::to_string(cfg.signal_period) +
                                                   " must be a power of two <= sq_depth/2");
-    if (cfg.max_msg == 0 || cfg.max_msg > nic_->attr.max_msg) cfg.max_msg = nic_->attr.max_msg;
+    if (cfg.max_msg > nic_->attr.max_msg)
+      throw Error(ErrorCode::InvalidArgument, nic_->name + ": create_qp: max_msg " + std::to_string(cfg.max_msg) +
+                                                  " exceeds the device's max_msg " +
+                                                  std::to_string(nic_->attr.max_msg));
+    if (cfg.max_msg == 0) cfg.max_msg = nic_->attr.max_msg;
     if (cfg.timeout_ms == 0) cfg.timeout_ms = default_timeout_ms();
     const bool gpu = cfg.rings == RingPlacement::Gpu;
     if (gpu && !cuda::available())
@@ -178,6 +391,7 @@ class EmuPd final : public ProtectionDomain {
     auto qp = std::make_shared<EmuQp>();
     qp->nic = nic_;
     qp->pd = id_;
+    qp->pd_destroyed = destroyed_;
     qp->cfg = cfg;
     qp->log_n = log2u(cfg.sq_depth);
     qp->max_msg = cfg.max_msg;
@@ -208,24 +422,37 @@ class EmuPd final : public ProtectionDomain {
     else std::memcpy(qp->cqes, init.data(), cq_bytes);
     {
       std::lock_guard<std::mutex> g(nic_->qp_mu);
-      qp->qpn = nic_->next_qpn++;
+      if (!nic_->qp_ids.take(&qp->qpn))
+        throw Error(ErrorCode::ResourceExhausted, nic_->name + ": create_qp: " + std::to_string(nic_->qp_ids.limit) +
+                                                      " QPs are alive (DeviceAttr::max_qp)");
+    }
+    std::unique_ptr<EmuQueuePair> q;
+    try {
+      q = std::make_unique<EmuQueuePair>(qp);  // from here its destructor returns the QPN
+    } catch (...) {
+      std::lock_guard<std::mutex> g(nic_->qp_mu);
+      nic_->qp_ids.release(qp->qpn >> 8);
+      throw;
+    }
+    {
+      std::lock_guard<std::mutex> g(nic_->qp_mu);
       nic_->qps[qp->qpn] = qp;
       nic_->qp_generation.fetch_add(1, std::memory_order_acq_rel);
     }
     KINET_LOG(Debug, "%s: created QP %s depth %u rings in %s memory", nic_->name.c_str(), hex(qp->qpn).c_str(),
               cfg.sq_depth, gpu ? "GPU" : "host");
-    return std::make_unique<EmuQueuePair>(std::move(qp));
+    return q;
   }
-
- private:
-  std::shared_ptr<Nic> nic_;
-  uint32_t id_;
 };
 
 class EmuDevice final : public Device {
  public:
-  explicit EmuDevice(std::shared_ptr<Nic> nic) : nic_(std::move(nic)) {
-    nic_->engine = std::thread([n = nic_.get()] { n->run_engine(); });
+  explicit EmuDevice(std::shared_ptr<Nic> nic) : nic_(std::move(nic)), mark_{nic_} {
+    try {
+      nic_->engine = std::thread([n = nic_.get()] { n->run_engine(); });
+    } catch (const std::system_error& e) {
+      throw Error(ErrorCode::ResourceExhausted, nic_->name + ": open: can't start the NIC engine thread: " + e.what());
+    }
   }
   ~EmuDevice() override {
     fabric().detach(nic_->node);  // peers now see this NIC as gone
@@ -234,13 +461,45 @@ class EmuDevice final : public Device {
   }
   const DeviceAttr& attr() const override { return nic_->attr; }
   std::unique_ptr<ProtectionDomain> alloc_pd() override {
-    return std::make_unique<EmuPd>(nic_, nic_->next_pd.fetch_add(1));
+    return guarded(nic_->name, "alloc_pd",
+                   [&]() -> std::unique_ptr<ProtectionDomain> {
+                     return std::make_unique<EmuPd>(nic_, nic_->next_pd.fetch_add(1));
+                   });
   }
 
  private:
   std::shared_ptr<Nic> nic_;
+  // Marks the NIC closed when the device goes (after the destructor's body):
+  // PDs, MRs and QPs that outlive it then throw BadState.
+  struct CloseMark {
+    std::shared_ptr<Nic> nic;
+    ~CloseMark() { nic->closed.store(true, std::memory_order_release); }
+  } mark_;
 };
 }  // namespace
+
+bool IdSpace::take(uint32_t* id) {
+  if (live >= limit) return false;
+  for (;;) {
+    cursor = cursor >= limit ? 1 : cursor + 1;
+    if (cursor >= used.size()) {  // first use of this index (indices grow one at a time)
+      used.resize(cursor + 1, false);
+      gen.resize(cursor + 1, first_gen);
+    }
+    if (!used[cursor]) break;
+  }
+  used[cursor] = true;
+  ++live;
+  *id = cursor << 8 | gen[cursor];
+  return true;
+}
+
+void IdSpace::release(uint32_t index) {
+  if (index >= used.size() || !used[index]) return;
+  used[index] = false;
+  ++gen[index];  // the freed number never names the index's next object
+  --live;
+}
 
 EmuQp::~EmuQp() {
   if (block_on_gpu) cuda::free_device(block);
@@ -250,16 +509,36 @@ EmuQp::~EmuQp() {
 }
 
 std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt) {
-  auto nic = std::make_shared<Nic>();
-  if (opt.emu_max_msg == 0 || opt.emu_max_msg > (1u << 31))
-    throw Error(ErrorCode::InvalidArgument, "emu: emu_max_msg must be in [1, 2^31]");
-  nic->attr.provider = "emu";
-  nic->attr.max_qp_wr = kMaxQpWr;
-  nic->attr.max_msg = opt.emu_max_msg;
-  nic->attr.gpu_memory = cuda::available();
-  nic->key_tag = static_cast<uint8_t>(std::random_device{}() | 1);
-  fabric().attach(nic, name);
-  nic->attr.name = nic->name;
-  return std::make_unique<EmuDevice>(std::move(nic));
+  const std::string who(name);
+  if (opt.emu_max_msg == 0 || opt.emu_max_msg > kMaxMsg)
+    throw Error(ErrorCode::InvalidArgument, who + ": open: emu_max_msg " + std::to_string(opt.emu_max_msg) +
+                                                " is outside [1, 2^30] (a NIC's largest message)");
+  if (opt.emu_max_mr == 0 || opt.emu_max_mr > kMaxMrLimit)
+    throw Error(ErrorCode::InvalidArgument,
+                who + ": open: emu_max_mr " + std::to_string(opt.emu_max_mr) + " is outside [1, 2^24-1]");
+  if (opt.emu_max_qp == 0 || opt.emu_max_qp > kMaxQpLimit)
+    throw Error(ErrorCode::InvalidArgument,
+                who + ": open: emu_max_qp " + std::to_string(opt.emu_max_qp) + " is outside [1, 2^16-1]");
+  return guarded(who, "open", [&]() -> std::unique_ptr<Device> {
+    auto nic = std::make_shared<Nic>();
+    nic->attr.provider = "emu";
+    nic->attr.max_qp_wr = kMaxQpWr;
+    nic->attr.max_msg = opt.emu_max_msg;
+    nic->attr.max_mr = opt.emu_max_mr;
+    nic->attr.max_qp = opt.emu_max_qp;
+    nic->attr.gpu_memory = cuda::available();
+    nic->key_tag = static_cast<uint8_t>(std::random_device{}() | 1);
+    nic->mr_ids.limit = opt.emu_max_mr;
+    nic->mr_ids.first_gen = nic->key_tag;  // keys of different NICs differ
+    nic->qp_ids.limit = opt.emu_max_qp;
+    fabric().attach(nic, name);
+    try {
+      nic->attr.name = nic->name;
+      return std::make_unique<EmuDevice>(nic);
+    } catch (...) {
+      fabric().detach(nic->node);
+      throw;
+    }
+  });
 }
 }  // namespace kinet::emu
