@@ -8,7 +8,7 @@
 #include <cstring>
 #include <functional>
 
-#include "emu_fixture.hpp"
+#include "ctl_test_util.hpp"
 #include "kinet/version.hpp"
 
 namespace {
@@ -27,28 +27,6 @@ static_assert(static_cast<int>(kinet::kRemoteRead) == static_cast<int>(IBV_ACCES
 static_assert(static_cast<int>(kinet::kRemoteAtomic) == static_cast<int>(IBV_ACCESS_REMOTE_ATOMIC));
 #endif
 static_assert(sizeof(kinet::QpInfo) == 64);
-
-// Runs f, expects a kinet::Error with `code` whose message mentions one of `words`.
-::testing::AssertionResult throws_error(const std::function<void()>& f, ErrorCode code,
-                                        std::initializer_list<const char*> words) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (e.code() != code)
-      return ::testing::AssertionFailure() << "threw code '" << kinet::error_code_name(e.code()) << "', expected '"
-                                           << kinet::error_code_name(code) << "': " << e.what();
-    if (!mentions_any(e.what(), words)) {
-      std::string list;
-      for (const char* w : words) list += std::string(list.empty() ? "" : ", ") + "'" + w + "'";
-      return ::testing::AssertionFailure() << "message does not mention any of " << list << ": \"" << e.what()
-                                           << "\"";
-    }
-    return ::testing::AssertionSuccess() << e.what();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-kinet exception: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
 
 TEST(EmuControl, OpenDevicesAndAttributes) {
   auto a = kinet::Device::open("emu");
@@ -216,10 +194,12 @@ TEST(EmuControl, QpInfoBlob) {
   const kinet::QpInfo j = kinet::QpInfo::deserialize(blob.data(), blob.size());
   EXPECT_EQ(std::memcmp(&i, &j, sizeof i), 0) << "round trip";
 
-  EXPECT_TRUE(throws_error([&] { kinet::QpInfo::deserialize(blob.data(), 63); }, ErrorCode::InvalidArgument,
-                           {"63", "bytes", "size", "length"}));
-  EXPECT_TRUE(throws_error([&] { kinet::QpInfo::deserialize(nullptr, 64); }, ErrorCode::InvalidArgument,
-                           {"null", "blob", "info"}));
+  EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(blob.data(), 63); }, ErrorCode::InvalidArgument,
+                             "QP info blob has 63 bytes, expected 64"));
+  EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(blob.data(), 65); }, ErrorCode::InvalidArgument,
+                             "QP info blob has 65 bytes, expected 64"));
+  EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(nullptr, 64); }, ErrorCode::InvalidArgument,
+                             "QP info blob is a null pointer"));
   std::vector<uint8_t> junk(64, 0xa5);
   EXPECT_TRUE(throws_error([&] { kinet::QpInfo::deserialize(junk.data(), junk.size()); }, ErrorCode::InvalidArgument,
                            {"magic", "blob", "info"}));
@@ -248,6 +228,139 @@ TEST(EmuControl, ConnectToPeerOfUnknownFabricAddress) {
     EXPECT_EQ(e.code(), ErrorCode::NotFound) << e.what();
     EXPECT_EQ(q->state(), QpState::Init) << "a failed transition leaves the state unchanged";
   }
+}
+
+// Each field of the blob at its edges: the last good value passes, the first
+// bad one fails with a message naming the field and the value.
+TEST(EmuControl, QpInfoFieldEdges) {
+  auto d = kinet::Device::open("emu");
+  auto pd = d->alloc_pd();
+  auto q = pd->create_qp();
+  const kinet::QpInfo good = q->info();
+  auto check = [](const kinet::QpInfo& i) {
+    const std::vector<uint8_t> b = i.serialize();
+    return kinet::QpInfo::deserialize(b.data(), b.size());
+  };
+  auto with = [&](auto set) {
+    kinet::QpInfo i = good;
+    set(i);
+    return i;
+  };
+  EXPECT_NO_THROW(check(with([](auto& i) { i.qpn = 1; })));
+  EXPECT_NO_THROW(check(with([](auto& i) { i.qpn = 0xffffff; })));
+  EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.qpn = 0; })); }, ErrorCode::InvalidArgument,
+                             "QP info: QP number 0x0 is out of range [1, 2^24)"));
+  EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.qpn = 0x1000000; })); }, ErrorCode::InvalidArgument,
+                             "QP info: QP number 0x1000000 is out of range [1, 2^24)"));
+  EXPECT_NO_THROW(check(with([](auto& i) { i.mtu = 1; })));
+  EXPECT_NO_THROW(check(with([](auto& i) { i.mtu = 5; })));
+  EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.mtu = 0; })); }, ErrorCode::InvalidArgument,
+                             "QP info: MTU code 0 is not an IB MTU (1..5 = 256..4096 bytes)"));
+  EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.mtu = 6; })); }, ErrorCode::InvalidArgument,
+                             "QP info: MTU code 6 is not an IB MTU (1..5 = 256..4096 bytes)"));
+  EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.port = 0; })); }, ErrorCode::InvalidArgument,
+                             "QP info: port 0 is not a port number (ports count from 1)"));
+  EXPECT_NO_THROW(check(with([](auto& i) { i.provider = 2; })));
+  EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.provider = 0; })); }, ErrorCode::InvalidArgument,
+                             "QP info: unknown provider 0 (1 = emu, 2 = mlx5)"));
+  EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.provider = 3; })); }, ErrorCode::InvalidArgument,
+                             "QP info: unknown provider 3 (1 = emu, 2 = mlx5)"));
+  EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.version = 2; })); }, ErrorCode::InvalidArgument,
+                             "QP info: version 2 is not supported (expected 1)"));
+  EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.magic ^= 1; })); }, ErrorCode::InvalidArgument,
+                             "QP info: bad magic 0x504e4b30, expected 0x504e4b31 (not a kinet QP info blob)"));
+}
+
+// to_rtr checks what deserialize checks (a QpInfo built by hand skips it),
+// and what emu adds: one port; leaves INIT on failure.
+TEST(EmuControl, ToRtrRejectsBadAttributes) {
+  auto d = kinet::Device::open("emu");
+  auto pd = d->alloc_pd();
+  auto q = pd->create_qp();
+  auto peer_q = pd->create_qp();
+  const kinet::QpInfo peer = peer_q->info();
+  const std::string who = d->name() + " QP " + hexs(q->qpn()) + ": to_rtr: ";
+  q->to_init(kinet::kAccessAll);
+  auto rtr_with = [&](auto set) {
+    return [&, set] {
+      kinet::QpInfo i = peer;
+      set(i);
+      q->to_rtr(i);
+    };
+  };
+  EXPECT_TRUE(throws_exactly(rtr_with([](auto& i) { i.port = 2; }), ErrorCode::InvalidArgument,
+                             who + "remote port 2 does not exist (emu devices have one port, 1)"));
+  EXPECT_TRUE(throws_exactly(rtr_with([](auto& i) { i.port = 99; }), ErrorCode::InvalidArgument,
+                             who + "remote port 99 does not exist (emu devices have one port, 1)"));
+  EXPECT_TRUE(throws_exactly(rtr_with([](auto& i) { i.port = 0; }), ErrorCode::InvalidArgument,
+                             who + "remote QP info: port 0 is not a port number (ports count from 1)"));
+  EXPECT_TRUE(throws_exactly(rtr_with([](auto& i) { i.mtu = 0; }), ErrorCode::InvalidArgument,
+                             who + "remote QP info: MTU code 0 is not an IB MTU (1..5 = 256..4096 bytes)"));
+  EXPECT_TRUE(throws_exactly(rtr_with([](auto& i) { i.qpn = 0; }), ErrorCode::InvalidArgument,
+                             who + "remote QP info: QP number 0x0 is out of range [1, 2^24)"));
+  EXPECT_TRUE(throws_exactly(rtr_with([](auto& i) { i.provider = 2; }), ErrorCode::NotSupported,
+                             who + "remote QP belongs to provider 2, emu connects only to emu"));
+  EXPECT_EQ(q->state(), QpState::Init) << "a failed to_rtr leaves the QP in INIT";
+  EXPECT_NO_THROW(q->to_rtr(peer));
+  EXPECT_EQ(q->state(), QpState::Rtr);
+}
+
+// emu_max_msg: [1, 2^30], as ConnectX's log_max_msg = 30.
+TEST(EmuControl, MaxMsgLimits) {
+  kinet::DeviceOptions o;
+  o.emu_max_msg = 1u << 30;
+  EXPECT_EQ(kinet::Device::open("emu", o)->attr().max_msg, 1u << 30);
+  o.emu_max_msg = 1;
+  EXPECT_EQ(kinet::Device::open("emu", o)->attr().max_msg, 1u);
+  o.emu_max_msg = (1u << 30) + 1;
+  EXPECT_TRUE(throws_exactly([&] { kinet::Device::open("emu", o); }, ErrorCode::InvalidArgument,
+                             "emu: open: emu_max_msg 1073741825 is outside [1, 2^30] (a NIC's largest message)"));
+  o.emu_max_msg = 1u << 31;
+  EXPECT_TRUE(throws_error([&] { kinet::Device::open("emu", o); }, ErrorCode::InvalidArgument, {"emu_max_msg"}));
+  o.emu_max_msg = 0;
+  EXPECT_TRUE(throws_error([&] { kinet::Device::open("emu", o); }, ErrorCode::InvalidArgument, {"emu_max_msg 0"}));
+
+  // QpConfig::max_msg: up to the device's, never clamped silently.
+  o.emu_max_msg = 4096;
+  auto d = kinet::Device::open("emu", o);
+  auto pd = d->alloc_pd();
+  kinet::QpConfig c;
+  c.max_msg = 4096;
+  EXPECT_EQ(pd->create_qp(c)->handle().max_msg, 4096u);
+  c.max_msg = 4097;
+  EXPECT_TRUE(throws_exactly([&] { pd->create_qp(c); }, ErrorCode::InvalidArgument,
+                             d->name() + ": create_qp: max_msg 4097 exceeds the device's max_msg 4096"));
+  c.max_msg = 0;
+  EXPECT_EQ(pd->create_qp(c)->handle().max_msg, 4096u) << "0 = the device's";
+}
+
+TEST(EmuControl, DeviceCountLimitsValidated) {
+  kinet::DeviceOptions o;
+  EXPECT_EQ(kinet::Device::open("emu", o)->attr().max_mr, (1u << 24) - 1);
+  EXPECT_EQ(kinet::Device::open("emu", o)->attr().max_qp, (1u << 16) - 1);
+  o.emu_max_mr = 1u << 24;
+  EXPECT_TRUE(throws_error([&] { kinet::Device::open("emu", o); }, ErrorCode::InvalidArgument, {"emu_max_mr"}));
+  o.emu_max_mr = 0;
+  EXPECT_TRUE(throws_error([&] { kinet::Device::open("emu", o); }, ErrorCode::InvalidArgument, {"emu_max_mr"}));
+  o.emu_max_mr = 1;
+  o.emu_max_qp = 1u << 16;
+  EXPECT_TRUE(throws_error([&] { kinet::Device::open("emu", o); }, ErrorCode::InvalidArgument, {"emu_max_qp"}));
+  o.emu_max_qp = 0;
+  EXPECT_TRUE(throws_error([&] { kinet::Device::open("emu", o); }, ErrorCode::InvalidArgument, {"emu_max_qp"}));
+}
+
+// timeout_ms * 10^6 saturates instead of wrapping to a bound that expires at once.
+TEST(EmuControl, TimeoutSaturates) {
+  auto d = kinet::Device::open("emu");
+  auto pd = d->alloc_pd();
+  constexpr uint64_t kMax = ~0ull;
+  kinet::QpConfig c;
+  c.timeout_ms = kMax / 1000000ull;  // the largest that fits exactly
+  EXPECT_EQ(pd->create_qp(c)->handle().timeout_ns, (kMax / 1000000ull) * 1000000ull);
+  c.timeout_ms = kMax / 1000000ull + 1;
+  EXPECT_EQ(pd->create_qp(c)->handle().timeout_ns, kMax);
+  c.timeout_ms = kMax;
+  EXPECT_EQ(pd->create_qp(c)->handle().timeout_ns, kMax);
 }
 
 }  // namespace

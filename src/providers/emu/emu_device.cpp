@@ -50,13 +50,14 @@ auto guarded(const std::string& who, const char* op, F&& f) -> decltype(f()) {
 void check_mapping(const std::string& who, uint64_t addr, uint64_t len, bool write) {
   FILE* f = std::fopen("/proc/self/maps", "re");
   if (!f) return;
-  const uint64_t end = addr + len;  // no wrap: checked by the caller
-  uint64_t pos = addr;              // first byte not yet found mapped
+  const uint64_t last = addr + (len - 1);  // no wrap: checked by the caller
+  uint64_t pos = addr;                     // first byte not yet found mapped
+  bool done = false;                       // pos passed `last` (pos itself may have wrapped to 0)
   char* line = nullptr;
   size_t cap = 0;
   std::string why;
   errno = 0;
-  while (pos < end && getline(&line, &cap, f) > 0) {
+  while (!done && getline(&line, &cap, f) > 0) {
     unsigned long long lo = 0, hi = 0;
     char perms[5] = {};
     if (std::sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) != 3 || hi <= pos) continue;
@@ -69,6 +70,7 @@ void check_mapping(const std::string& who, uint64_t addr, uint64_t len, bool wri
       why = hole + hex(pos) + ")";
       break;
     }
+    done = hi - 1 >= last;
     pos = hi;
   }
   const bool nomem = errno == ENOMEM;
@@ -77,7 +79,7 @@ void check_mapping(const std::string& who, uint64_t addr, uint64_t len, bool wri
   const std::string range = "[" + hex(addr) + ", +" + std::to_string(len) + ")";
   if (nomem) throw Error(ErrorCode::ResourceExhausted, who + ": reg_mr: out of memory reading /proc/self/maps");
   if (!why.empty()) throw Error(ErrorCode::InvalidArgument, who + ": reg_mr: " + range + " " + why);
-  if (pos < end)
+  if (!done)
     throw Error(ErrorCode::InvalidArgument,
                 who + ": reg_mr: " + range + " is not mapped (first unmapped byte " + hex(pos) + ")");
 }
@@ -334,12 +336,7 @@ class EmuPd final : public ProtectionDomain {
     e.kind = cuda::pointer_kind(addr);
     if (e.kind == MemoryKind::Gpu && !nic_->attr.gpu_memory)
       throw Error(ErrorCode::NotSupported, nic_->name + ": reg_mr: GPU memory but no CUDA runtime to reach it");
-    if (e.kind == MemoryKind::Host) {
-      if (len > std::numeric_limits<uint64_t>::max() - a)  // ends exactly at 2^64: its last page is never mapped
-        throw Error(ErrorCode::InvalidArgument, nic_->name + ": reg_mr: " + range + " is not mapped (first unmapped byte " +
-                                                    hex(std::numeric_limits<uint64_t>::max()) + ")");
-      check_mapping(nic_->name, a, len, access & kLocalWrite);
-    }
+    if (e.kind == MemoryKind::Host) check_mapping(nic_->name, a, len, access & kLocalWrite);
     uint32_t key;
     {
       std::unique_lock<std::shared_mutex> g(nic_->mr_mu);
