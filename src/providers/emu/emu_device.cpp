@@ -50,9 +50,10 @@ auto guarded(const std::string& who, const char* op, F&& f) -> decltype(f()) {
 void check_mapping(const std::string& who, uint64_t addr, uint64_t len, bool write) {
   FILE* f = std::fopen("/proc/self/maps", "re");
   if (!f) {
-    if (errno == ENOENT || errno == EACCES) return;  // no procfs (not Linux): nothing to check against
-    throw Error(errno == ENOMEM || errno == EMFILE || errno == ENFILE ? ErrorCode::ResourceExhausted : ErrorCode::System,
-                who + ": reg_mr: can't read /proc/self/maps: " + std::strerror(errno));
+    const int err = errno;
+    if (err == ENOENT || err == EACCES) return;  // no procfs (not Linux): nothing to check against
+    throw Error(err == ENOMEM || err == EMFILE || err == ENFILE ? ErrorCode::ResourceExhausted : ErrorCode::System,
+                who + ": reg_mr: can't read /proc/self/maps: " + std::strerror(err));
   }
   const uint64_t last = addr + (len - 1);  // no wrap: checked by the caller
   uint64_t pos = addr;                     // first byte not yet found mapped
