@@ -6,8 +6,8 @@
 // cudaFreeHost, cudaHostUnregister, cudaMemset or cudaMemcpy on the legacy
 // default stream), and all GPU work goes on the shim's own non-blocking
 // streams, so a kernel that spins until the software NIC answers cannot stall
-// the NIC, whatever stream it runs on. tests/gpu's `nic_never_waits_behind_a_
-// spinning_kernel` checks it on a GPU.
+// the NIC, whatever stream it runs on. Checked on a GPU by
+// tests/gpu/gpu_nic_hygiene_test.cu.
 #pragma once
 #include <cstddef>
 

@@ -63,9 +63,11 @@ struct Reg {
     CHECK(e_ == cudaSuccess, "%s -> %s", #call, cudaGetErrorString(e_));                      \
   } while (0)
 
-// The name of a CUDA tool injected into this process (compute-sanitizer and
-// the profilers load through CUDA_INJECTION64_PATH), or null.
+// The name of a CUDA tool attached to this process, or null: compute-sanitizer
+// (it sets NV_SANITIZER_INJECTION_* for the processes it runs), or a profiler
+// loaded through CUDA_INJECTION64_PATH.
 inline const char* cuda_tool() {
+  if (std::getenv("NV_SANITIZER_INJECTION_PORT_BASE")) return "compute-sanitizer";
   const char* p = std::getenv("CUDA_INJECTION64_PATH");
   return p && *p ? p : nullptr;
 }
