@@ -2,10 +2,15 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "core/log.hpp"
 
@@ -16,21 +21,24 @@
 namespace kinet::cuda {
 namespace {
 #if KINET_HAVE_CUDA_HEADERS
+// Only calls that never synchronise the device (measured on an H200 while a
+// kernel spun on another stream: cudaFree, cudaFreeHost and cudaHostUnregister
+// each waited for the kernel; everything below returned at once).
 struct Api {
   bool ok = false;
+  int ngpu = 0;
   decltype(&::cudaGetDeviceCount) getDeviceCount = nullptr;
+  decltype(&::cudaGetDevice) getDevice = nullptr;
+  decltype(&::cudaSetDevice) setDevice = nullptr;
   decltype(&::cudaPointerGetAttributes) pointerGetAttributes = nullptr;
-  decltype(&::cudaMemcpy) memcpy = nullptr;
-  decltype(&::cudaMemset) memset = nullptr;
   decltype(&::cudaHostAlloc) hostAlloc = nullptr;
-  decltype(&::cudaFreeHost) freeHost = nullptr;
   decltype(&::cudaMalloc) malloc = nullptr;
-  decltype(&::cudaFree) free = nullptr;
   decltype(&::cudaGetErrorString) getErrorString = nullptr;
   decltype(&::cudaGetLastError) getLastError = nullptr;
   decltype(&::cudaMemcpyAsync) memcpyAsync = nullptr;
+  decltype(&::cudaMemsetAsync) memsetAsync = nullptr;
   decltype(&::cudaStreamCreateWithFlags) streamCreateWithFlags = nullptr;
-  decltype(&::cudaStreamSynchronize) streamSynchronize = nullptr;
+  decltype(&::cudaStreamQuery) streamQuery = nullptr;
 };
 
 template <class F> bool sym(void* h, const char* name, F& f) {
@@ -50,18 +58,17 @@ const Api& api() {
       KINET_LOG(Debug, "no CUDA runtime (libcudart) found: GPU memory unavailable");
       return;
     }
-    bool ok = sym(h, "cudaGetDeviceCount", a.getDeviceCount) && sym(h, "cudaPointerGetAttributes", a.pointerGetAttributes) &&
-              sym(h, "cudaMemcpy", a.memcpy) && sym(h, "cudaMemset", a.memset) && sym(h, "cudaHostAlloc", a.hostAlloc) &&
-              sym(h, "cudaFreeHost", a.freeHost) && sym(h, "cudaMalloc", a.malloc) && sym(h, "cudaFree", a.free) &&
+    bool ok = sym(h, "cudaGetDeviceCount", a.getDeviceCount) && sym(h, "cudaGetDevice", a.getDevice) &&
+              sym(h, "cudaSetDevice", a.setDevice) && sym(h, "cudaPointerGetAttributes", a.pointerGetAttributes) &&
+              sym(h, "cudaHostAlloc", a.hostAlloc) && sym(h, "cudaMalloc", a.malloc) &&
               sym(h, "cudaGetErrorString", a.getErrorString) && sym(h, "cudaGetLastError", a.getLastError) &&
-              sym(h, "cudaMemcpyAsync", a.memcpyAsync) && sym(h, "cudaStreamCreateWithFlags", a.streamCreateWithFlags) &&
-              sym(h, "cudaStreamSynchronize", a.streamSynchronize);
+              sym(h, "cudaMemcpyAsync", a.memcpyAsync) && sym(h, "cudaMemsetAsync", a.memsetAsync) &&
+              sym(h, "cudaStreamCreateWithFlags", a.streamCreateWithFlags) && sym(h, "cudaStreamQuery", a.streamQuery);
     if (!ok) {
       KINET_LOG(Warn, "libcudart lacks an expected symbol: GPU memory unavailable");
       return;
     }
-    int n = 0;
-    if (a.getDeviceCount(&n) != cudaSuccess || n <= 0) {
+    if (a.getDeviceCount(&a.ngpu) != cudaSuccess || a.ngpu <= 0) {
       a.getLastError();
       KINET_LOG(Debug, "CUDA runtime found but no GPU: GPU memory unavailable");
       return;
@@ -71,9 +78,155 @@ const Api& api() {
   return a;
 }
 
+[[noreturn]] void fail(cudaError_t e, const std::string& what) {
+  api().getLastError();  // a sticky-free error must not be blamed on the user's next call
+  const ErrorCode c = e == cudaErrorMemoryAllocation ? ErrorCode::ResourceExhausted : ErrorCode::System;
+  throw Error(c, what + " failed: " + api().getErrorString(e));
+}
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw Error(ErrorCode::System, std::string(what) + " failed: " + api().getErrorString(e));
+  if (e != cudaSuccess) fail(e, what);
+}
+
+// Makes `dev` current on this thread for a scope and restores the caller's.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int dev) {
+    check(api().getDevice(&prev_), "cudaGetDevice");
+    if (prev_ != dev) check(api().setDevice(dev), "cudaSetDevice");
+  }
+  ~DeviceScope() {
+    int cur = -1;
+    if (api().getDevice(&cur) == cudaSuccess && cur != prev_) api().setDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_ = 0;
+};
+
+// Blocks kept for reuse (see free_pinned), and idle streams per GPU. Never
+// destroyed: a Device held in a global may free its rings during exit().
+struct Pool {
+  std::mutex mu;
+  std::vector<std::vector<cudaStream_t>> idle_streams;           // [gpu]
+  std::map<std::pair<int, size_t>, std::vector<void*>> free_blocks;  // (gpu or -1 for pinned, size class)
+  std::unordered_map<void*, std::pair<int, size_t>> live;           // block -> (gpu or -1, size class)
+};
+Pool& pool() {
+  static Pool* p = [] {
+    auto* q = new Pool;
+    q->idle_streams.resize(static_cast<size_t>(api().ngpu));
+    return q;
+  }();
+  return *p;
+}
+
+// Blocks come in powers of two from 256 B, so a freed block fits the next
+// request of its class and what is kept stays under twice the peak in use.
+size_t size_class(size_t n) {
+  if (n > (size_t(1) << 62)) throw Error(ErrorCode::ResourceExhausted, "allocation of " + std::to_string(n) + " bytes");
+  size_t c = 256;
+  while (c < n) c <<= 1;
+  return c;
+}
+
+void* take_block(int dev, size_t cls) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> g(p.mu);
+  auto it = p.free_blocks.find({dev, cls});
+  if (it == p.free_blocks.end() || it->second.empty()) return nullptr;
+  void* b = it->second.back();
+  it->second.pop_back();
+  p.live[b] = {dev, cls};
+  return b;
+}
+void add_live(void* b, int dev, size_t cls) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> g(p.mu);
+  p.live[b] = {dev, cls};
+}
+void give_back(void* b, bool want_gpu) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> g(p.mu);
+  auto it = p.live.find(b);
+  if (it == p.live.end() || (it->second.first >= 0) != want_gpu) {
+    KINET_LOG(Error, "cuda shim: free of %p, which is not a live %s block of this library: ignored", b,
+              want_gpu ? "GPU" : "pinned");
+    return;
+  }
+  p.free_blocks[it->second].push_back(b);
+  p.live.erase(it);
+}
+
+// A stream of the shim's own on one GPU, non-blocking (no ordering with the
+// legacy default stream), held by one caller at a time.
+class StreamLease {
+ public:
+  explicit StreamLease(int dev) : dev_(dev) {
+    Pool& p = pool();
+    {
+      std::lock_guard<std::mutex> g(p.mu);
+      auto& v = p.idle_streams[static_cast<size_t>(dev)];
+      if (!v.empty()) {
+        s_ = v.back();
+        v.pop_back();
+        return;
+      }
+    }
+    check(api().streamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  }
+  ~StreamLease() {
+    if (!s_) return;  // abandoned: work is still queued on it
+    Pool& p = pool();
+    std::lock_guard<std::mutex> g(p.mu);
+    p.idle_streams[static_cast<size_t>(dev_)].push_back(s_);
+  }
+  StreamLease(const StreamLease&) = delete;
+  StreamLease& operator=(const StreamLease&) = delete;
+  cudaStream_t get() const { return s_; }
+
+  // Waits, bounded by default_timeout_ms(), for the work queued so far. On
+  // timeout the stream is abandoned (never reused: its work is still queued).
+  void wait(const std::string& what) {
+    uint64_t ms = default_timeout_ms();
+    if (ms == 0 || ms > 86'400'000ull) ms = 86'400'000ull;  // saturate: never an instant or endless wait
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    for (uint32_t spins = 0;; ++spins) {
+      const cudaError_t e = api().streamQuery(s_);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) {
+        s_ = nullptr;
+        fail(e, what);
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        s_ = nullptr;
+        throw Error(ErrorCode::System, what + " did not complete within " + std::to_string(ms) +
+                                           " ms (KINET_TIMEOUT_MS): the GPU did not run it");
+      }
+      if (spins > 256) std::this_thread::yield();
+    }
+  }
+
+ private:
+  int dev_;
+  cudaStream_t s_ = nullptr;
+};
+
+// The GPU that owns p, or -1 when p is host memory (pinned or pageable).
+int gpu_of(const void* p) {
+  cudaPointerAttributes at{};
+  if (api().pointerGetAttributes(&at, p) != cudaSuccess) {
+    api().getLastError();
+    return -1;
+  }
+  return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged ? at.device : -1;
+}
+
+std::string hexp(const void* p) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%p", p);
+  return b;
 }
 #endif
 }  // namespace
@@ -103,18 +256,20 @@ MemoryKind pointer_kind(const void* p) {
 
 void copy(void* dst, const void* src, size_t n) {
 #if KINET_HAVE_CUDA_HEADERS
+  if (n == 0) return;
   if (available()) {
-    // A non-blocking stream of this thread's own: the engine's copies must not
-    // wait for kernels on the legacy default stream (they may be the very
-    // kernels waiting for this copy's completion).
-    thread_local cudaStream_t stream = [] {
-      cudaStream_t s = nullptr;
-      check(api().streamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-      return s;
-    }();
-    check(api().memcpyAsync(dst, src, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-    check(api().streamSynchronize(stream), "cudaStreamSynchronize");
-    return;
+    int dev = gpu_of(dst);
+    if (dev < 0) dev = gpu_of(src);
+    if (dev >= 0) {
+      DeviceScope ds(dev);
+      StreamLease s(dev);
+      const std::string what = "CUDA copy of " + std::to_string(n) + " bytes from " + hexp(src) + " to " +
+                               hexp(dst) + " on GPU " + std::to_string(dev);
+      const cudaError_t e = api().memcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
+      if (e != cudaSuccess) fail(e, what);
+      s.wait(what);
+      return;
+    }
   }
 #endif
   std::memcpy(dst, src, n);
@@ -123,8 +278,13 @@ void copy(void* dst, const void* src, size_t n) {
 void* alloc_pinned(size_t n) {
 #if KINET_HAVE_CUDA_HEADERS
   if (available()) {
-    void* p = nullptr;
-    check(api().hostAlloc(&p, n, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
+    const size_t cls = size_class(n);
+    void* p = take_block(-1, cls);
+    if (!p) {
+      check(api().hostAlloc(&p, cls, cudaHostAllocMapped | cudaHostAllocPortable),
+            ("cudaHostAlloc of " + std::to_string(cls) + " bytes").c_str());
+      add_live(p, -1, cls);
+    }
     std::memset(p, 0, n);
     return p;
   }
@@ -139,7 +299,7 @@ void free_pinned(void* p) {
   if (!p) return;
 #if KINET_HAVE_CUDA_HEADERS
   if (available()) {
-    api().freeHost(p);
+    give_back(p, false);
     return;
   }
 #endif
@@ -149,9 +309,22 @@ void free_pinned(void* p) {
 void* alloc_device(size_t n) {
 #if KINET_HAVE_CUDA_HEADERS
   if (available()) {
-    void* p = nullptr;
-    check(api().malloc(&p, n), "cudaMalloc");
-    check(api().memset(p, 0, n), "cudaMemset");
+    int dev = 0;
+    check(api().getDevice(&dev), "cudaGetDevice");
+    const size_t cls = size_class(n);
+    void* p = take_block(dev, cls);
+    if (!p) {
+      check(api().malloc(&p, cls), ("cudaMalloc of " + std::to_string(cls) + " bytes on GPU " + std::to_string(dev)).c_str());
+      add_live(p, dev, cls);
+    }
+    // Zeroed on our stream: cudaMemset would queue behind the legacy stream's
+    // kernels and clear the block after it is in use. On failure the block is
+    // not reused (a late memset could still land in it).
+    StreamLease s(dev);
+    const std::string what = "zeroing " + std::to_string(n) + " bytes of GPU memory on GPU " + std::to_string(dev);
+    const cudaError_t e = api().memsetAsync(p, 0, n, s.get());
+    if (e != cudaSuccess) fail(e, what);
+    s.wait(what);
     return p;
   }
 #endif
@@ -161,7 +334,7 @@ void* alloc_device(size_t n) {
 
 void free_device(void* p) {
 #if KINET_HAVE_CUDA_HEADERS
-  if (p && available()) api().free(p);
+  if (p && available()) give_back(p, true);
 #else
   (void)p;
 #endif

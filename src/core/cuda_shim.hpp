@@ -1,5 +1,13 @@
 // kinet — the few CUDA runtime calls the host library needs, loaded with
 // dlopen so libkinet runs (and its tests pass) on machines without CUDA.
+//
+// The rule of this file: nothing here waits behind a user's kernel. Every
+// CUDA call is one that does not synchronise the device (no cudaFree,
+// cudaFreeHost, cudaHostUnregister, cudaMemset or cudaMemcpy on the legacy
+// default stream), and all GPU work goes on the shim's own non-blocking
+// streams, so a kernel that spins until the software NIC answers cannot stall
+// the NIC, whatever stream it runs on. Checked on a GPU by
+// tests/gpu/gpu_nic_hygiene_test.cu.
 #pragma once
 #include <cstddef>
 
@@ -8,15 +16,26 @@
 namespace kinet::cuda {
 // True when a CUDA runtime loads and sees at least one GPU.
 bool available();
-// Host for anything CUDA does not know as device memory.
+// Host for anything CUDA does not know as device memory (managed memory too).
 MemoryKind pointer_kind(const void* p);
-// Copies between any two of host and GPU memory (cudaMemcpyDefault).
+// Copies n bytes between any two of host and GPU memory (plain memcpy when
+// neither side is GPU or managed memory). The copy runs on a non-blocking
+// stream of the GPU that owns the GPU side and is complete on return. The wait
+// is bounded by default_timeout_ms(): past it, throws Error(System) naming the
+// copy. Safe from any thread; leaves the calling thread's current device as it
+// was.
 void copy(void* dst, const void* src, size_t n);
 // Page-locked host memory mapped into every GPU's address space, or plain
-// aligned host memory when there is no GPU. Zeroed.
+// aligned host memory when there is no GPU. Zeroed. Throws ResourceExhausted.
 void* alloc_pinned(size_t n);
+// Gives p (from alloc_pinned; null is a no-op) back. With CUDA the block is
+// kept for reuse by alloc_pinned, not returned to CUDA: cudaFreeHost waits for
+// every kernel on the device. What is kept is at most what was once in use.
 void free_pinned(void* p);
-// GPU memory (throws NotSupported without a GPU). Zeroed.
+// GPU memory on the calling thread's current device (throws NotSupported
+// without a GPU, ResourceExhausted when the GPU is full). Zeroed on return.
 void* alloc_device(size_t n);
+// Gives p (from alloc_device; null is a no-op) back; kept for reuse, as in
+// free_pinned (cudaFree waits for every kernel on the device).
 void free_device(void* p);
 }  // namespace kinet::cuda

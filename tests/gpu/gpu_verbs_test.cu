@@ -371,6 +371,9 @@ KGT_TEST(put_signal_orders_data_before_signal) {
   int *out_t, *out_s;
   CUDA_OK(cudaMallocManaged(&out_t, sizeof(int)));
   CUDA_OK(cudaMallocManaged(&out_s, sizeof(int)));
+  // The target spins until the signal lands: k_put_signal must be loaded
+  // before it starts (lazy loading would wait for the spinner; see preload).
+  CHECK(kgt::preload(k_wait_signal, k_put_signal), "could not load the kernels");
   cudaStream_t st_t;
   CUDA_OK(cudaSetDevice(p.dst_gpu));
   CUDA_OK(cudaStreamCreateWithFlags(&st_t, cudaStreamNonBlocking));
