@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kinet/device/qp.cuh"
+#include "kinet/mlx5/syndrome.hpp"
 #include "kinet/mlx5/wire.hpp"
 #include "test_util.hpp"
 
@@ -228,23 +229,23 @@ TEST(WireLayout, AccessFlagsAreIbvAccessFlags) {
 
 TEST(WireLayout, StatusFromEverySyndrome) {
   using kinet::Status;
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR), Status::LocalLength);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR), Status::LocalQpOp);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR), Status::LocalProtection);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_WR_FLUSH_ERR), Status::WrFlushed);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_MW_BIND_ERR), Status::MwBind);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_BAD_RESP_ERR), Status::BadResponse);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR), Status::LocalAccess);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR), Status::RemoteInvalidRequest);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR), Status::RemoteAccess);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_REMOTE_OP_ERR), Status::RemoteOperation);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR), Status::TransportRetryExceeded);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR), Status::RnrRetryExceeded);
-  EXPECT_EQ(kinet::status_from_syndrome(MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR), Status::RemoteAborted);
-  EXPECT_EQ(kinet::status_from_syndrome(0x00), Status::UnknownCqeError);
-  EXPECT_EQ(kinet::status_from_syndrome(0xff), Status::UnknownCqeError);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR), Status::LocalLength);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR), Status::LocalQpOp);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR), Status::LocalProtection);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_WR_FLUSH_ERR), Status::WrFlushed);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_MW_BIND_ERR), Status::MwBind);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_BAD_RESP_ERR), Status::BadResponse);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR), Status::LocalAccess);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR), Status::RemoteInvalidRequest);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR), Status::RemoteAccess);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_REMOTE_OP_ERR), Status::RemoteOperation);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR), Status::TransportRetryExceeded);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR), Status::RnrRetryExceeded);
+  EXPECT_EQ(m::status_from_syndrome(MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR), Status::RemoteAborted);
+  EXPECT_EQ(m::status_from_syndrome(0x00), Status::UnknownCqeError);
+  EXPECT_EQ(m::status_from_syndrome(0xff), Status::UnknownCqeError);
   for (int s = 0; s < 256; ++s) {
-    const Status st = kinet::status_from_syndrome(static_cast<uint8_t>(s));
+    const Status st = m::status_from_syndrome(static_cast<uint8_t>(s));
     EXPECT_TRUE(kinet::is_error(st)) << s;
     EXPECT_NE(kinet::status_string(st), nullptr);
   }

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstring>
 
+#include "kinet/mlx5/syndrome.hpp"
+
 namespace kinet::dev {
 namespace detail {
 
@@ -353,7 +355,7 @@ template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q) {
       s->error_syndrome = e->syndrome;
       s->error_vendor_syndrome = e->vendor_err_synd;
       store_release<kScope<S>>(
-          &s->error_status, static_cast<int32_t>(status_from_syndrome(e->syndrome)));
+          &s->error_status, static_cast<int32_t>(mlx5::status_from_syndrome(e->syndrome)));
     }
     comp = idx + 1;
     ++ci;
