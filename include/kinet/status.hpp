@@ -1,10 +1,13 @@
 // kinet — status codes returned by device verbs (kernels and host threads
 // alike) and carried by host-side kinet::Error.
+//
+// Provider-independent: a NIC's own completion codes are mapped to these next
+// to that NIC's wire format (mlx5: kinet/mlx5/syndrome.hpp). The numeric
+// values are stable (they are stored in dev::SqState and printed in logs).
 #pragma once
 #include <cstdint>
 
 #include "kinet/device/platform.cuh"
-#include "kinet/mlx5/wire.hpp"
 
 namespace kinet {
 
@@ -21,7 +24,7 @@ enum class Status : int32_t {
   // Misuse detected before anything reached the NIC.
   InvalidArgument = 20,     // e.g. inline payload too large, zero-sized reservation
   QpBroken = 21,            // an earlier bounded wait failed; the QP's queue state is unusable
-  // Error CQEs, one per PRM syndrome.
+  // Errors reported by the NIC in a completion (mlx5: one per CQE error syndrome).
   LocalLength = 40,
   LocalQpOp = 41,
   LocalProtection = 42,
@@ -39,25 +42,6 @@ enum class Status : int32_t {
 };
 
 KINET_HD constexpr bool is_error(Status s) { return s != Status::Ok && s != Status::Pending && s != Status::NoSpace; }
-
-KINET_HD constexpr Status status_from_syndrome(uint8_t syndrome) {
-  switch (syndrome) {
-    case mlx5::kSynLocalLength: return Status::LocalLength;
-    case mlx5::kSynLocalQpOp: return Status::LocalQpOp;
-    case mlx5::kSynLocalProt: return Status::LocalProtection;
-    case mlx5::kSynWrFlush: return Status::WrFlushed;
-    case mlx5::kSynMwBind: return Status::MwBind;
-    case mlx5::kSynBadResp: return Status::BadResponse;
-    case mlx5::kSynLocalAccess: return Status::LocalAccess;
-    case mlx5::kSynRemoteInvalReq: return Status::RemoteInvalidRequest;
-    case mlx5::kSynRemoteAccess: return Status::RemoteAccess;
-    case mlx5::kSynRemoteOp: return Status::RemoteOperation;
-    case mlx5::kSynTransportRetryExc: return Status::TransportRetryExceeded;
-    case mlx5::kSynRnrRetryExc: return Status::RnrRetryExceeded;
-    case mlx5::kSynRemoteAborted: return Status::RemoteAborted;
-    default: return Status::UnknownCqeError;
-  }
-}
 
 KINET_HD constexpr const char* status_string(Status s) {
   switch (s) {

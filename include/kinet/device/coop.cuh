@@ -13,8 +13,13 @@ namespace kinet::dev {
 // make(idx, flags) (a prepare_* call for slot idx). Lanes get consecutive
 // slots in lane order. The caller's kSignal goes on the last WQE, kFence on
 // the first. All active lanes receive the same status and ticket (the end of
-// the batch). S is the sharing mode of the QP among warps: Exclusive when this
-// warp alone posts to it (only the leader lane touches the counters).
+// the batch: [first WQE, 1 + last WQE); an error CQE of any lane's WQE is that
+// fault's status for all of them). S is the sharing mode of the QP among
+// warps: Exclusive when this warp alone posts to it (only the leader lane,
+// the lowest active one, touches the counters).
+// Exclusive: afterwards ONLY the leader lane may wait/test/poll_cq/quiet the
+// QP (or post to it singly); the other lanes hold the same ticket but must
+// not use it on the QP. Debug device builds trap when several lanes do.
 // Must be called by all active lanes, with the same q and flags, and at most
 // q.size()/2 lanes.
 template <Sharing S, class Make>
@@ -22,12 +27,14 @@ __device__ Status warp_post(const QpHandle& q, uint32_t flags, Ticket* t, Make m
 
 // The whole CTA (every thread, as a barrier) posts one WQE per thread.
 // blockDim.x*y*z <= q.size()/2. Uses 16 bytes of static shared memory.
+// Exclusive: afterwards only thread 0 of the CTA may wait/test/poll the QP.
 template <Sharing S, class Make>
 __device__ Status cta_post(const QpHandle& q, uint32_t flags, Ticket* t, Make make);
 
 // Convenience: one RDMA write / read / fetch-add per lane or thread, each
-// with its own addresses. bytes <= q.max_msg (no splitting here), else
-// InvalidArgument for the whole group.
+// with its own addresses. bytes <= q.max_msg (no splitting here) and q.max_msg
+// in 1..mlx5::kMaxMsgBytes, else InvalidArgument for the whole group, nothing
+// posted. The leader rule of warp_post / cta_post applies.
 template <Sharing S>
 __device__ Status warp_put(const QpHandle& q, const void* src, Lkey lkey, uint64_t raddr, Rkey rkey, uint32_t bytes,
                            uint32_t flags = 0, Ticket* t = nullptr);
@@ -76,7 +83,7 @@ __device__ Status warp_post(const QpHandle& q, uint32_t flags, Ticket* t, Make m
     if (st == 0 && !(flags & kNoDoorbell)) st = static_cast<int>(ring_doorbell<S>(q, first + n));
   }
   st = __shfl_sync(mask, st, leader);
-  if (t) t->idx = first + n;
+  if (t) *t = Ticket{first + n, first};
   return static_cast<Status>(st);
 }
 
@@ -101,14 +108,14 @@ __device__ Status cta_post(const QpHandle& q, uint32_t flags, Ticket* t, Make ma
   __syncthreads();
   const int st = s_status;
   __syncthreads();  // s_status may be reused by the next call
-  if (t && st0 == 0) t->idx = first + n;
+  if (t && st0 == 0) *t = Ticket{first + n, first};
   return static_cast<Status>(st);
 }
 
 template <Sharing S>
 __device__ Status warp_put(const QpHandle& q, const void* src, Lkey lkey, uint64_t raddr, Rkey rkey, uint32_t bytes,
                            uint32_t flags, Ticket* t) {
-  if (__any_sync(__activemask(), bytes > q.max_msg)) return Status::InvalidArgument;
+  if (__any_sync(__activemask(), bytes > q.max_msg || !detail::max_msg_ok(q))) return Status::InvalidArgument;
   return warp_post<S>(q, flags, t, [&](uint64_t idx, uint32_t f) {
     prepare_write<S>(q, idx, src, lkey, raddr, rkey, bytes, f);
   });
@@ -116,7 +123,7 @@ __device__ Status warp_put(const QpHandle& q, const void* src, Lkey lkey, uint64
 template <Sharing S>
 __device__ Status warp_get(const QpHandle& q, void* dst, Lkey lkey, uint64_t raddr, Rkey rkey, uint32_t bytes,
                            uint32_t flags, Ticket* t) {
-  if (__any_sync(__activemask(), bytes > q.max_msg)) return Status::InvalidArgument;
+  if (__any_sync(__activemask(), bytes > q.max_msg || !detail::max_msg_ok(q))) return Status::InvalidArgument;
   return warp_post<S>(q, flags, t, [&](uint64_t idx, uint32_t f) {
     prepare_read<S>(q, idx, dst, lkey, raddr, rkey, bytes, f);
   });
@@ -131,7 +138,7 @@ __device__ Status warp_fetch_add(const QpHandle& q, uint64_t* result, Lkey lkey,
 template <Sharing S>
 __device__ Status cta_put(const QpHandle& q, const void* src, Lkey lkey, uint64_t raddr, Rkey rkey, uint32_t bytes,
                           uint32_t flags, Ticket* t) {
-  if (__syncthreads_or(bytes > q.max_msg)) return Status::InvalidArgument;
+  if (__syncthreads_or(bytes > q.max_msg || !detail::max_msg_ok(q))) return Status::InvalidArgument;
   return cta_post<S>(q, flags, t, [&](uint64_t idx, uint32_t f) {
     prepare_write<S>(q, idx, src, lkey, raddr, rkey, bytes, f);
   });
@@ -139,7 +146,7 @@ __device__ Status cta_put(const QpHandle& q, const void* src, Lkey lkey, uint64_
 template <Sharing S>
 __device__ Status cta_get(const QpHandle& q, void* dst, Lkey lkey, uint64_t raddr, Rkey rkey, uint32_t bytes,
                           uint32_t flags, Ticket* t) {
-  if (__syncthreads_or(bytes > q.max_msg)) return Status::InvalidArgument;
+  if (__syncthreads_or(bytes > q.max_msg || !detail::max_msg_ok(q))) return Status::InvalidArgument;
   return cta_post<S>(q, flags, t, [&](uint64_t idx, uint32_t f) {
     prepare_read<S>(q, idx, dst, lkey, raddr, rkey, bytes, f);
   });

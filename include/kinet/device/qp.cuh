@@ -10,7 +10,16 @@
 //   publish()    -> in reservation order, mark the slots ready
 //   ring_doorbell() -> doorbell record, then doorbell word, for everything ready
 // The one-call helpers (put, get, ...) do all four. Completions are tracked
-// as tickets: a ticket is 1 + the ring index of the last WQE of an operation.
+// as tickets: the ring indices [first, idx) of an operation's WQEs.
+//
+// What a completion means (test()/wait() == Ok): the NIC is done with the
+// operation's local buffers (a put's source may be reused, a get's or an
+// atomic's destination holds the result) and, as far as RC guarantees, the
+// data was placed at the responder. It does NOT mean that a third party (a
+// kernel or a CPU thread on the target) can already see the data: the target
+// observes remote writes only through its own acquire (e.g. an acquire load of
+// a signal word written after the data, see put_signal) or an equivalent
+// ordering step of its own.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,8 +52,26 @@ enum OpFlags : uint32_t {
   kNoDoorbell = 1u << 1,  // publish but do not ring: a later op, ring_doorbell(), wait() or quiet() rings
   kFence = 1u << 2,       // NIC fence: wait for earlier reads/atomics of this QP before executing
 };
+// kFence matters after RDMA reads and atomics: RC lets the NIC start a later
+// WQE before an earlier read or atomic has returned its data, so a WQE that
+// must see the result of an earlier read/atomic (or must not overtake it at
+// the responder) needs kFence. Writes and sends after writes are ordered
+// without it.
 
-struct Ticket { uint64_t idx = 0; };  // 1 + ring index of the operation's last WQE; 0 = nothing
+// The WQEs of one operation: ring indices [first, idx). idx = 1 + the index
+// of the last WQE (0 = nothing); first = the index of the first WQE. A
+// Ticket{n} built by hand (first = 0) covers everything below n. An operation
+// posted in several reservations on a shared QP (a split transfer larger
+// than half the ring) may have other threads' WQEs inside [first, idx).
+struct Ticket {
+  uint64_t idx = 0;
+  uint64_t first = 0;
+};
+
+// Most WQEs one put()/get() may need: 2^31 WQEs at the NIC's largest message
+// (mlx5::kMaxMsgBytes) carry 2^61 bytes, beyond any address space, so a
+// larger count can only come from a corrupted length.
+inline constexpr uint64_t kMaxWqesPerTransfer = uint64_t{1} << 31;
 
 // Posting bookkeeping of one QP, shared by the threads that post to it.
 // Zero-initialised by the host; lives in memory all posting threads reach
@@ -64,7 +91,11 @@ struct SqState {
   uint8_t error_syndrome;
   uint8_t error_vendor_syndrome;
   uint8_t broken;        // a reservation was abandoned after a timeout
-  uint8_t local_error;   // Status (as uint8_t) of the first device-side failure (timeout, QpBroken); 0 = none
+  // Status of the first device-side failure of this QP (0 = none): one of
+  // TimeoutSqSpace, TimeoutPublishOrder, TimeoutCompletion, TimeoutLock,
+  // QpBroken. Written once (first one wins) by the verb that returns it, so
+  // the host can say why a kernel gave up (QueuePair::last_error()).
+  uint8_t local_error;
   uint8_t pad[4];
 };
 static_assert(sizeof(SqState) == 72);
@@ -88,7 +119,8 @@ struct QpHandle {
   uint32_t log_n;
   uint32_t qpn;
   uint32_t qpn_be8;     // big-endian (qpn << 8): ctrl.qpn_ds = qpn_be8 | ds << 24
-  uint32_t max_msg;     // most bytes one WQE carries; larger transfers are split
+  uint32_t max_msg;     // most bytes one WQE carries, 1..mlx5::kMaxMsgBytes; larger transfers are split.
+                        // Outside that range every verb that uses it returns InvalidArgument.
   uint32_t signal_period;  // power of two <= n/2: WQE i always requests a CQE when (i+1) % period == 0
   uint8_t rings_in_gpu_memory;  // selects the fence scope before the doorbell record
   uint8_t pad[3];
@@ -111,8 +143,10 @@ template <Sharing S> KINET_HD Status try_reserve(const QpHandle& q, uint32_t n, 
 // Writers of one 64-byte WQE at ring index idx. `flags`: kSignal, kFence.
 // Threads of one CTA may prepare their own slots concurrently in every
 // sharing mode (that is how coop.cuh's groups post).
-// Byte counts are <= q.max_msg; addresses and keys are not checked here: the
-// NIC checks them and reports a bad one as an error CQE.
+// Contract: byte counts are <= q.max_msg (<= mlx5::kMaxMsgBytes, so bit 31 of
+// a data segment's byte count, the inline flag, stays clear); debug builds
+// assert it. Addresses and keys are not checked here: the NIC checks them and
+// reports a bad one as an error CQE.
 template <Sharing S> KINET_HD void prepare_nop(const QpHandle& q, uint64_t idx, uint32_t flags);
 template <Sharing S> KINET_HD void prepare_write(const QpHandle& q, uint64_t idx, const void* laddr, Lkey lkey,
                                                  uint64_t raddr, Rkey rkey, uint32_t bytes, uint32_t flags);
@@ -140,25 +174,43 @@ template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, 
 template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t upto);
 
 // Consumes the CQEs that have arrived and advances the completed index.
-// Returns Ok, or TimeoutLock. Errors are recorded in the QP state and
-// reported by test()/wait() for the tickets they concern.
+// Returns Ok. Errors are recorded in the QP state and reported by
+// test()/wait() for the tickets they concern.
 template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q);
 
 // Ok when the ticket's WQEs completed, Pending when not yet, or the error of
-// its completion: the fault's status for the WQE that faulted, WrFlushed for
-// WQEs after it (the QP is in the error state).
+// its completion: the fault's status when the faulting WQE lies in
+// [t.first, t.idx) (for a split transfer: the status of the chunk that
+// failed), WrFlushed when the fault came before t.first (the QP is in the
+// error state). Ok means what "What a completion means" (top) says, no more.
 template <Sharing S> KINET_HD Status test(const QpHandle& q, Ticket t);
-// Waits (bounded) for a ticket. If no WQE at or after the ticket requested a
+// Waits (bounded by q.timeout_ns) for a ticket; returns as test() does, or
+// TimeoutCompletion / QpBroken. If no WQE at or after the ticket requested a
 // CQE, posts a signalled NOP so that one will come.
 template <Sharing S> KINET_HD Status wait(const QpHandle& q, Ticket t);
-// Waits for everything reserved so far on this QP.
+// Waits for everything reserved so far on this QP. Ok, or the status of the
+// last WQE reserved before the call (WrFlushed when an earlier WQE faulted).
 template <Sharing S> KINET_HD Status quiet(const QpHandle& q);
+
+// Exclusive QPs: every call on the QP comes from its one owner thread. After
+// a cooperative post (coop.cuh warp_post<Exclusive> and the warp_*/cta_*
+// helpers), the owner is the group's leader: only that thread may then
+// test/wait/poll_cq/quiet or post singly. Debug device builds trap when two
+// lanes of one warp call an Exclusive verb on the same QP at once.
 
 // ---------------------------------------------------------------------------
 // One-call operations: reserve, prepare, publish, ring (unless kNoDoorbell).
 // *t (optional) receives the ticket. The payload of src may be reused only
 // after the ticket completes. Transfers larger than q.max_msg are split into
 // several WQEs; the ticket covers all of them.
+// Lengths are checked before anything is posted: InvalidArgument, nothing
+// reserved, when q.max_msg is outside 1..mlx5::kMaxMsgBytes or the transfer
+// needs more than kMaxWqesPerTransfer WQEs (this covers bytes near SIZE_MAX).
+// A split transfer stops at the first failure: a failing step's status, or,
+// between two reservations, the QP's error status once an error CQE was seen
+// (the fault's status if it lies in this transfer, else WrFlushed). When it
+// stops after posting some WQEs, *t covers those: wait on it before reusing
+// the buffer.
 
 // RDMA write of bytes from src (registered under lkey) to raddr (rkey).
 template <Sharing S> KINET_HD Status put(const QpHandle& q, const void* src, Lkey lkey, uint64_t raddr, Rkey rkey,
@@ -176,10 +228,17 @@ template <Sharing S> KINET_HD Status fetch_add(const QpHandle& q, uint64_t* resu
 template <Sharing S> KINET_HD Status compare_swap(const QpHandle& q, uint64_t* result, Lkey lkey, uint64_t raddr,
                                                   Rkey rkey, uint64_t compare, uint64_t swap, uint32_t flags = 0,
                                                   Ticket* t = nullptr);
-// put, then a fetch-add of `add` on the remote signal word sig_raddr. The
-// signal is visible at the target only after the payload of this put and of
-// every earlier operation on this QP (RC ordering: the responder executes the
-// atomic after the writes before it). scratch receives the old signal value.
+// put, then a fetch-add of `add` on the remote signal word sig_raddr.
+// scratch receives the old signal value; the ticket covers both.
+// What it guarantees: the responder executes the fetch-add after it has
+// executed the payload writes of this put and of every earlier write on this
+// QP (RC orders an atomic behind earlier writes; no kFence needed for that).
+// It does not by itself make the data visible to a kernel on the target,
+// least of all where the target memory is written with relaxed ordering
+// (PCIe relaxed ordering, GPU memory written by a NIC): the target must
+// acquire-load the signal (system scope) before reading the data, and rely on
+// nothing it read without that acquire. Operations that must come after an
+// RDMA read or atomic of this QP need kFence (see kFence).
 template <Sharing S> KINET_HD Status put_signal(const QpHandle& q, const void* src, Lkey lkey, uint64_t raddr,
                                                 Rkey rkey, size_t bytes, uint64_t sig_raddr, Rkey sig_rkey,
                                                 uint64_t add, uint64_t* scratch, Lkey scratch_lkey,

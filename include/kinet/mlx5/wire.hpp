@@ -23,6 +23,10 @@ inline constexpr uint32_t kSendWqeBB = 64;       // one send WQE basic block
 inline constexpr uint32_t kSendWqeDS = 16;       // one data segment unit ("DS")
 inline constexpr uint32_t kCqeSize = 64;
 inline constexpr uint32_t kInlineSegFlag = 0x80000000u;
+// Largest message a ConnectX NIC accepts (HCA capability log_max_msg = 30);
+// also the largest byte count of one data segment that kinet writes, which
+// keeps every pointer segment's byte count clear of kInlineSegFlag (bit 31).
+inline constexpr uint32_t kMaxMsgBytes = 1u << 30;
 inline constexpr uint32_t kSendDbrIndex = 1;     // dbrec[1] is the send counter
 inline constexpr uint32_t kCqDbrConsumerIndex = 0;  // cq dbrec[0] is the consumer index
 

@@ -1,6 +1,9 @@
 // kinet — bodies of the device verbs declared in kinet/device/qp.cuh.
 #pragma once
+#include <cassert>
 #include <cstring>
+
+#include "kinet/mlx5/syndrome.hpp"
 
 namespace kinet::dev {
 namespace detail {
@@ -132,20 +135,61 @@ KINET_HD uint8_t* slot(const QpHandle& q, uint64_t idx) {
   return q.sq + (static_cast<size_t>(idx & (q.size() - 1)) * mlx5::kSendWqeBB);
 }
 
+// Status of WQEs [first, end) once the QP reported an error: the fault's
+// status when the faulting WQE is one of them, Ok when it came after them,
+// WrFlushed when it came before them.
+KINET_HD Status status_of_range(int32_t es, uint64_t error_wqe, uint64_t first, uint64_t end) {
+  if (error_wqe >= end) return Status::Ok;
+  if (error_wqe >= first) return static_cast<Status>(es);
+  return Status::WrFlushed;
+}
+
 // Status of a completed ticket, from the first error the CQ reported.
 template <Sharing S> KINET_HD Status completed_status(const QpHandle& q, Ticket t) {
   const int32_t es = load_acquire<kScope<S>>(&q.state->error_status);
   if (es == 0) return Status::Ok;
-  const uint64_t last = t.idx - 1;
-  const uint64_t ew = q.state->error_wqe;
-  if (last < ew) return Status::Ok;
-  if (last == ew) return static_cast<Status>(es);
-  return Status::WrFlushed;
+  return status_of_range(es, q.state->error_wqe, t.first, t.idx);  // error_wqe: written before the release of es
 }
 
+// Records the first device-side failure of the QP (SqState::local_error) and
+// returns it: `return fail<S>(q, Status::TimeoutLock);`.
+template <Sharing S> KINET_HD Status fail(const QpHandle& q, Status st) {
+  uint8_t* p = &q.state->local_error;
+  if constexpr (S == Sharing::Exclusive) {
+    if (*p == 0) *p = static_cast<uint8_t>(st);
+  } else {
+    uint8_t none = 0;
+    cas_relaxed<kScope<S>>(p, none, static_cast<uint8_t>(st));
+  }
+  return st;
+}
+
+// A handle's max_msg is usable: 1..kMaxMsgBytes (larger would let a byte
+// count reach the inline flag, bit 31).
+KINET_HD bool max_msg_ok(const QpHandle& q) { return q.max_msg != 0 && q.max_msg <= mlx5::kMaxMsgBytes; }
+
+// Debug device builds: two lanes of one warp using one Exclusive QP at the
+// same time (typically every lane waiting after warp_post<Exclusive>) is a
+// data race on its counters; trap. Lanes with QPs of their own pass.
+template <Sharing S> KINET_HD void check_exclusive_owner(const QpHandle& q) {
+#if KINET_ON_DEVICE && !defined(NDEBUG) && (__CUDA_ARCH__ >= 700)
+  if constexpr (S == Sharing::Exclusive) {
+    const unsigned same = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(q.state));
+    assert(__popc(same) == 1 && "Exclusive QP used by several lanes at once (only the leader may use it)");
+  }
+#else
+  (void)q;
+#endif
+}
+
+// End of a bounded wait. Saturates: a timeout too large to add to the clock
+// (up to UINT64_MAX ns) means "as late as the clock goes", never "already".
 struct Deadline {
   uint64_t end;
-  KINET_HD explicit Deadline(uint64_t timeout_ns) : end(now_ns() + timeout_ns) {}
+  KINET_HD explicit Deadline(uint64_t timeout_ns) {
+    const uint64_t now = now_ns();
+    end = timeout_ns > ~uint64_t{0} - now ? ~uint64_t{0} : now + timeout_ns;
+  }
   KINET_HD bool expired() const { return now_ns() > end; }
 };
 
@@ -179,8 +223,9 @@ template <Sharing S> KINET_HD void kick(const QpHandle& q) {
 // ---------------------------------------------------------------------------
 template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint64_t* first) {
   SqState* s = q.state;
+  detail::check_exclusive_owner<S>(q);
   if (n == 0 || n > q.size() / 2) return Status::InvalidArgument;
-  if (detail::ld<S>(&s->broken)) return Status::QpBroken;
+  if (detail::ld<S>(&s->broken)) return detail::fail<S>(q, Status::QpBroken);
   uint64_t idx;
   if constexpr (S == Sharing::Exclusive) {
     idx = s->reserved;
@@ -197,6 +242,8 @@ template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint
     if (idx + n - detail::ld<S>(&s->completed) <= q.size()) return Status::Ok;
     if (dl.expired()) {
       // The slots stay reserved and unpublished: the queue cannot go on.
+      // The reason first: whoever then sees `broken` finds it recorded.
+      detail::fail<S>(q, Status::TimeoutSqSpace);
       detail::st_rel<S>(&s->broken, uint8_t(1));
       return Status::TimeoutSqSpace;
     }
@@ -206,8 +253,9 @@ template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint
 
 template <Sharing S> KINET_HD Status try_reserve(const QpHandle& q, uint32_t n, uint64_t* first) {
   SqState* s = q.state;
+  detail::check_exclusive_owner<S>(q);
   if (n == 0 || n > q.size() / 2) return Status::InvalidArgument;
-  if (detail::ld<S>(&s->broken)) return Status::QpBroken;
+  if (detail::ld<S>(&s->broken)) return detail::fail<S>(q, Status::QpBroken);
   for (int polled = 0;;) {
     uint64_t r = (S == Sharing::Exclusive) ? s->reserved : load_relaxed<kScope<S>>(&s->reserved);
     if (r + n - detail::ld<S>(&s->completed) > q.size()) {
@@ -238,6 +286,7 @@ template <Sharing S> KINET_HD void prepare_nop(const QpHandle& q, uint64_t idx, 
 template <Sharing S> KINET_HD void prepare_write(const QpHandle& q, uint64_t idx, const void* laddr, Lkey lkey,
                                                  uint64_t raddr, Rkey rkey, uint32_t bytes, uint32_t flags) {
   detail::WqeBB bb{};
+  assert(bytes <= q.max_msg && q.max_msg <= mlx5::kMaxMsgBytes && "prepare_write: bytes > q.max_msg");
   detail::set_ctrl(bb.ctrl, q, idx, mlx5::kOpRdmaWrite, 3, detail::completion_flags<S>(q, idx, flags));
   detail::set_raddr(bb.raddr, raddr, rkey);
   detail::set_data(bb.seg2, bytes, lkey, laddr);
@@ -246,6 +295,7 @@ template <Sharing S> KINET_HD void prepare_write(const QpHandle& q, uint64_t idx
 
 template <Sharing S> KINET_HD void prepare_write_inline(const QpHandle& q, uint64_t idx, const void* data,
                                                         uint32_t bytes, uint64_t raddr, Rkey rkey, uint32_t flags) {
+  assert(bytes <= mlx5::kMaxInlineOneBB && "prepare_write_inline: payload larger than one basic block");
   detail::WqeBB bb{};
   const uint32_t ds = 2 + (sizeof(mlx5::InlineSeg) + bytes + mlx5::kSendWqeDS - 1) / mlx5::kSendWqeDS;
   detail::set_ctrl(bb.ctrl, q, idx, mlx5::kOpRdmaWrite, ds, detail::completion_flags<S>(q, idx, flags));
@@ -260,6 +310,7 @@ template <Sharing S> KINET_HD void prepare_write_inline(const QpHandle& q, uint6
 template <Sharing S> KINET_HD void prepare_read(const QpHandle& q, uint64_t idx, void* laddr, Lkey lkey,
                                                 uint64_t raddr, Rkey rkey, uint32_t bytes, uint32_t flags) {
   detail::WqeBB bb{};
+  assert(bytes <= q.max_msg && q.max_msg <= mlx5::kMaxMsgBytes && "prepare_read: bytes > q.max_msg");
   detail::set_ctrl(bb.ctrl, q, idx, mlx5::kOpRdmaRead, 3, detail::completion_flags<S>(q, idx, flags));
   detail::set_raddr(bb.raddr, raddr, rkey);
   detail::set_data(bb.seg2, bytes, lkey, laddr);
@@ -289,6 +340,7 @@ template <Sharing S> KINET_HD void prepare_compare_swap(const QpHandle& q, uint6
 
 template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, uint32_t n) {
   SqState* s = q.state;
+  detail::check_exclusive_owner<S>(q);
   if constexpr (S == Sharing::Exclusive) {
     s->ready = first + n;
     return Status::Ok;
@@ -297,6 +349,7 @@ template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, 
       detail::Deadline dl(q.timeout_ns);
       while (load_acquire<kScope<S>>(&s->ready) != first) {
         if (dl.expired()) {
+          detail::fail<S>(q, Status::TimeoutPublishOrder);  // the reason before `broken`
           store_release<kScope<S>>(&s->broken, uint8_t(1));
           return Status::TimeoutPublishOrder;
         }
@@ -311,6 +364,7 @@ template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, 
 
 template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t upto) {
   SqState* s = q.state;
+  detail::check_exclusive_owner<S>(q);
   if constexpr (S == Sharing::Exclusive) {
     detail::ring_locked<S>(q);
     return Status::Ok;
@@ -323,7 +377,7 @@ template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t u
         unlock<kScope<S>>(&s->db_lock);
         if (load_acquire<kScope<S>>(&s->rung) >= upto) return Status::Ok;
       }
-      if (dl.expired()) return Status::TimeoutLock;
+      if (dl.expired()) return detail::fail<S>(q, Status::TimeoutLock);
       spin_pause();
     }
   }
@@ -331,6 +385,7 @@ template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t u
 
 template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q) {
   SqState* s = q.state;
+  detail::check_exclusive_owner<S>(q);
   if constexpr (S != Sharing::Exclusive) {
     if (!try_lock<kScope<S>>(&s->cq_lock)) return Status::Ok;  // another thread is draining
   }
@@ -353,7 +408,7 @@ template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q) {
       s->error_syndrome = e->syndrome;
       s->error_vendor_syndrome = e->vendor_err_synd;
       store_release<kScope<S>>(
-          &s->error_status, static_cast<int32_t>(status_from_syndrome(e->syndrome)));
+          &s->error_status, static_cast<int32_t>(mlx5::status_from_syndrome(e->syndrome)));
     }
     comp = idx + 1;
     ++ci;
@@ -370,6 +425,7 @@ template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q) {
 }
 
 template <Sharing S> KINET_HD Status test(const QpHandle& q, Ticket t) {
+  detail::check_exclusive_owner<S>(q);
   if (t.idx == 0) return Status::Ok;
   if (detail::ld<S>(&q.state->completed) < t.idx) {
     poll_cq<S>(q);
@@ -380,6 +436,7 @@ template <Sharing S> KINET_HD Status test(const QpHandle& q, Ticket t) {
 
 template <Sharing S> KINET_HD Status wait(const QpHandle& q, Ticket t) {
   SqState* s = q.state;
+  detail::check_exclusive_owner<S>(q);
   if (t.idx == 0) return Status::Ok;
   if (detail::ld<S>(&s->completed) >= t.idx) return detail::completed_status<S>(q, t);
   uint64_t sig = (S == Sharing::Exclusive) ? s->signaled : load_relaxed<kScope<S>>(&s->signaled);
@@ -392,31 +449,54 @@ template <Sharing S> KINET_HD Status wait(const QpHandle& q, Ticket t) {
     detail::kick<S>(q);
     poll_cq<S>(q);
     if (detail::ld<S>(&s->completed) >= t.idx) return detail::completed_status<S>(q, t);
-    if (detail::ld<S>(&s->broken)) return Status::QpBroken;
-    if (dl.expired()) return Status::TimeoutCompletion;
+    if (detail::ld<S>(&s->broken)) return detail::fail<S>(q, Status::QpBroken);
+    if (dl.expired()) return detail::fail<S>(q, Status::TimeoutCompletion);
     spin_pause();
   }
 }
 
 template <Sharing S> KINET_HD Status quiet(const QpHandle& q) {
   const uint64_t r = (S == Sharing::Exclusive) ? q.state->reserved : load_relaxed<kScope<S>>(&q.state->reserved);
-  return wait<S>(q, Ticket{r});
+  return wait<S>(q, Ticket{r, r == 0 ? 0 : r - 1});  // the last WQE reserved: stable meaning of quiet()
 }
 
 // ---------------------------------------------------------------------------
 namespace detail {
 // Posts ceil(bytes / max_msg) WQEs (1 for bytes == 0) built by make(idx, offset, len, flags),
-// in reservations of at most half the ring. Only the last WQE gets the caller's kSignal.
+// in reservations of at most half the ring. Only the last WQE gets the caller's kSignal,
+// only the first the caller's kFence. Lengths are checked before anything is reserved.
 template <Sharing S, class Make>
 KINET_HD Status post_chunked(const QpHandle& q, size_t bytes, uint32_t flags, Ticket* t, Make make) {
-  const uint64_t nw = bytes == 0 ? 1 : (bytes + q.max_msg - 1) / q.max_msg;
+  if (!max_msg_ok(q)) return Status::InvalidArgument;
+  // ceil without (bytes + max_msg - 1), which overflows near SIZE_MAX.
+  const uint64_t b = bytes;
+  const uint64_t nw = b == 0 ? 1 : b / q.max_msg + (b % q.max_msg != 0 ? 1 : 0);
+  if (nw > kMaxWqesPerTransfer) return Status::InvalidArgument;
   uint64_t done = 0;
   size_t off = 0;
+  uint64_t start = 0, end = 0;  // [start, end): the WQEs published so far
+  // Stops the transfer: *t covers what was published, so the caller can wait
+  // for it before reusing the buffer.
+  auto stop = [&](Status st) {
+    if (t && done > 0) *t = Ticket{end, start};
+    return st;
+  };
   while (done < nw) {
+    if (done > 0) {
+      // Between reservations: once an error CQE was seen the QP is in the
+      // error state and the rest would be flushed: stop now, not after
+      // posting for minutes.
+      const int32_t es = load_acquire<kScope<S>>(&q.state->error_status);
+      if (es != 0) {
+        // A fault after this transfer's WQEs (another thread's) still flushes its rest.
+        const Status st = status_of_range(es, q.state->error_wqe, start, end);
+        return stop(st == Status::Ok ? Status::WrFlushed : st);
+      }
+    }
     const uint32_t g = static_cast<uint32_t>((nw - done) < q.size() / 2 ? (nw - done) : q.size() / 2);
     uint64_t first;
     Status st = reserve<S>(q, g, &first);
-    if (st != Status::Ok) return st;
+    if (st != Status::Ok) return stop(st);
     for (uint32_t k = 0; k < g; ++k) {
       const size_t len = (bytes - off) < q.max_msg ? (bytes - off) : q.max_msg;
       const bool last = done + k + 1 == nw;
@@ -426,14 +506,16 @@ KINET_HD Status post_chunked(const QpHandle& q, size_t bytes, uint32_t flags, Ti
       off += len;
     }
     st = publish<S>(q, first, g);
-    if (st != Status::Ok) return st;
+    if (st != Status::Ok) return stop(st);
+    if (done == 0) start = first;
+    end = first + g;
     done += g;
     if (!(flags & kNoDoorbell) || done < nw) {
       st = ring_doorbell<S>(q, first + g);
-      if (st != Status::Ok) return st;
+      if (st != Status::Ok) return stop(st);
     }
-    if (done == nw && t) t->idx = first + g;
   }
+  if (t) *t = Ticket{end, start};
   return Status::Ok;
 }
 
@@ -445,7 +527,7 @@ KINET_HD Status post_one(const QpHandle& q, uint32_t flags, Ticket* t, Make make
   make(idx, flags & (kSignal | kFence));
   st = publish<S>(q, idx, 1);
   if (st != Status::Ok) return st;
-  if (t) t->idx = idx + 1;
+  if (t) *t = Ticket{idx + 1, idx};
   if (flags & kNoDoorbell) return Status::Ok;
   return ring_doorbell<S>(q, idx + 1);
 }
@@ -496,9 +578,11 @@ template <Sharing S> KINET_HD Status put_signal(const QpHandle& q, const void* s
                                                 Ticket* t) {
   // The data WQEs are published without a doorbell; the atomic's doorbell
   // announces both. RC ordering keeps the atomic behind the writes.
-  Status st = put<S>(q, src, lkey, raddr, rkey, bytes, (flags & kFence) | kNoDoorbell, nullptr);
-  if (st != Status::Ok) return st;
-  return fetch_add<S>(q, scratch, scratch_lkey, sig_raddr, sig_rkey, add, flags & ~kFence, t);
+  Ticket data, sig;
+  Status st = put<S>(q, src, lkey, raddr, rkey, bytes, (flags & kFence) | kNoDoorbell, &data);
+  if (st == Status::Ok) st = fetch_add<S>(q, scratch, scratch_lkey, sig_raddr, sig_rkey, add, flags & ~kFence, &sig);
+  if (t && data.idx != 0) *t = Ticket{sig.idx != 0 ? sig.idx : data.idx, data.first};
+  return st;
 }
 
 template <Sharing S> KINET_HD Status nop(const QpHandle& q, uint32_t flags, Ticket* t) {
