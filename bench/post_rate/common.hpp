@@ -128,6 +128,10 @@ struct Options {
   uint64_t timeout_ms = 5000;
   long long inject_idx = -1;  // self-test of the failure path
   bool cqe_release_gpu = false;
+  // --ncu N: profiling mode. No retire kernel: the CQEs for N WQEs per QP are
+  // written before one launch per kind (a NIC that has already finished), so
+  // the posting kernel runs alone, as a profiler that serialises kernels needs.
+  uint32_t ncu_wqes = 0;
 };
 
 inline const char* sharing_name(Sharing s) {

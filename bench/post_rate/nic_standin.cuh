@@ -248,6 +248,26 @@ __global__ void __launch_bounds__(1024, 1) k_consumer(ConsParams p) {
   }
 }
 
+// --ncu mode, no retire kernel: the success CQEs for the first n WQEs of each
+// of nqp fresh QPs (one per signal period, for indices P-1, 2P-1, ...),
+// written before the posting kernel starts.
+__global__ void k_prefill_cq(const kd::QpHandle* qps, uint32_t nqp, uint32_t n) {
+  for (uint32_t qi = blockIdx.x; qi < nqp; qi += gridDim.x) {
+    const kd::QpHandle q = qps[qi];
+    const uint32_t P = q.signal_period;
+    for (uint32_t k = threadIdx.x; k < n / P; k += blockDim.x) {
+      uint4* e = reinterpret_cast<uint4*>(q.cq.cqes + k);
+      const uint32_t widx = (k + 1) * P - 1;
+      const uint32_t owner = (k >> q.cq.log_n) & 1u;
+      e[0] = e[1] = make_uint4(0u, 0u, 0u, 0u);
+      e[2] = make_uint4(0u, 0u, 0u, bswap32(kBytes));
+      e[3] = make_uint4(0u, 0u, bswap32((static_cast<uint32_t>(mlx5::kOpRdmaWrite) << 24) | (q.qpn & 0xffffffu)),
+                        static_cast<uint32_t>(bswap16(static_cast<uint16_t>(widx & 0xffffu))) |
+                            (((static_cast<uint32_t>(mlx5::kCqeReq) << 4) | owner) << 24));
+    }
+  }
+}
+
 // Every CQE invalid (opcode 15) with owner 1, so the first lap (owner 0) is recognised.
 __global__ void k_init_cq(mlx5::Cqe64* cqes, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;

@@ -16,8 +16,9 @@ int parse_options(int argc, char** argv, Options& o) {
   std::string csv;
   auto* csv_opt = app.add_option("--csv", csv, "all rows as CSV: --csv (stdout) or --csv=FILE")->expected(0, 1);
   app.add_option("--only", o.only,
-                 "only rows whose mode or group contains WORD (thread-excl, warp-coop, cta-coop, thread-cta, "
-                 "thread-gpu, table, whole-gpu, single, ...)");
+                 "only these rows: comma-separated words, each matching part of a row's mode or group (thread-excl, "
+                 "warp-coop, cta-coop, thread-cta, thread-gpu, table, whole-gpu, single, ...), or g:GROUP matching "
+                 "the group exactly (g:single, g:warp, g:cta, g:gpu-shared, g:whole-gpu, g:table)");
   app.add_flag("--no-bare", o.no_bare, "skip the bare-kernel baseline (no ratio column)");
   app.add_flag("--bare-table", o.bare_table, "also run the bare kernel for the CTA x QP table rows");
   app.add_option("--target-ms", o.target_ms, "length of one timed run")->check(CLI::PositiveNumber)->capture_default_str();
@@ -41,6 +42,10 @@ int parse_options(int argc, char** argv, Options& o) {
                  "self-test: thread-excl rows corrupt QP 0's WQE at ring index IDX; they must FAIL");
   app.add_flag("--cqe-release-gpu", o.cqe_release_gpu,
                "diagnostic: the retire kernel releases CQEs at GPU scope (default: system)");
+  app.add_option("--ncu", o.ncu_wqes,
+                 "profiling mode (ncu serialises kernels): no retire kernel, the CQEs of N WQEs per QP written "
+                 "beforehand, one launch per row and kind; exclusive rows only; N a multiple of the signal period "
+                 "and of the row's batch, below the ring depth");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -55,6 +60,11 @@ int parse_options(int argc, char** argv, Options& o) {
   if (o.signal_period < 8 || (o.signal_period & (o.signal_period - 1)) || o.signal_period > depth / 2) {
     std::fprintf(stderr, "--signal-period: %u is not a power of two in 8..%u (ring depth / 2)\n", o.signal_period,
                  depth / 2);
+    return 2;
+  }
+  if (o.ncu_wqes && (o.ncu_wqes % o.signal_period || o.ncu_wqes >= depth)) {
+    std::fprintf(stderr, "--ncu: %u is not a multiple of the signal period %u below the ring depth %u\n", o.ncu_wqes,
+                 o.signal_period, depth);
     return 2;
   }
   if (o.quick) {  // shorter runs unless asked otherwise

@@ -174,7 +174,8 @@ bool write_json(const std::string& path, const std::vector<Result>& rows, const 
   doc["params"] = {{"ring_depth", 1u << o.log_depth}, {"signal_period", o.signal_period},
                    {"timeout_ms", o.timeout_ms},      {"target_ms", o.target_ms},
                    {"reps", o.reps},                  {"warps_per_cta_table", o.warps_per_cta},
-                   {"quick", o.quick},                {"bare", !o.no_bare}};
+                   {"quick", o.quick},                {"bare", !o.no_bare},
+                   {"ncu_wqes", o.ncu_wqes}};
   nlohmann::json arr = nlohmann::json::array();
   for (const Result& r : rows) {
     const Config& c = r.cfg;

@@ -194,6 +194,8 @@ struct Bench::Dev {
 
   double timed_post(const Options& o, const Config& c, bool bare, uint32_t W, uint64_t& expected, int& first_err);
   Measure measure(const Options& o, const Config& c, bool bare);
+  Measure measure_ncu(const Options& o, const Config& c, bool bare);
+  void reset_queues(const Config& c);
 
   [[noreturn]] void hang(const Config& c, const std::string& why) {
     dump_state(c, why.c_str());
@@ -356,10 +358,7 @@ double Bench::Dev::timed_post(const Options& o, const Config& c, bool bare, uint
   return ms / 1000.0;
 }
 
-Measure Bench::Dev::measure(const Options& o, const Config& c, bool bare) {
-  Measure r;
-  char buf[512];
-  // ---- fresh queues ----
+void Bench::Dev::reset_queues(const Config& c) {
   const size_t nq = c.qps;
   CK(cudaMemsetAsync(states, 0, nq * kStateStride, s_cons));
   CK(cudaMemsetAsync(dbrec, 0, nq * kDbrecStride, s_cons));
@@ -373,6 +372,52 @@ Measure Bench::Dev::measure(const Options& o, const Config& c, bool bare) {
   k_init_cq<<<256, 256, 0, s_cons>>>(cq, nq * depth);
   CK(cudaGetLastError());
   if (!wait_done(nullptr, s_cons, 10.0, "queue reset")) throw Fatal{3, "queue reset did not finish in 10 s"};
+}
+
+// --ncu: one launch against pre-written CQEs; checks errors, counts and state.
+Measure Bench::Dev::measure_ncu(const Options& o, const Config& c, bool bare) {
+  Measure r;
+  reset_queues(c);
+  k_prefill_cq<<<c.qps, 256, 0, s_cons>>>(handles, c.qps, o.ncu_wqes);
+  CK(cudaGetLastError());
+  if (!wait_done(nullptr, s_cons, 10.0, "CQ prefill")) throw Fatal{3, "CQ prefill did not finish in 10 s"};
+  const uint32_t W = static_cast<uint32_t>(static_cast<uint64_t>(o.ncu_wqes) * c.qps / c.units);
+  uint64_t expected = 0;
+  int fe = 0;
+  const double t = timed_post(o, c, bare, W, expected, fe);
+  std::vector<uint8_t> st(c.qps * kStateStride);
+  unsigned long long np = 0;
+  CK(cudaMemcpyAsync(st.data(), states, st.size(), cudaMemcpyDeviceToHost, s_cons));
+  CK(cudaMemcpyAsync(&np, posted, sizeof np, cudaMemcpyDeviceToHost, s_cons));
+  if (!wait_done(nullptr, s_cons, 10.0, "result readback")) throw Fatal{3, "result readback did not finish in 10 s"};
+  std::string why;
+  if (fe) why = "first error: " + decode_err(fe);
+  if (np != expected) why += " posted " + std::to_string(np) + ", expected " + std::to_string(expected) + ";";
+  for (uint32_t i = 0; i < c.qps; ++i) {
+    SqStateT s;
+    std::memcpy(&s, st.data() + static_cast<size_t>(i) * kStateStride, sizeof s);
+    if (s.reserved != o.ncu_wqes || s.completed != s.reserved || s.rung != s.reserved) {
+      why += " qp " + std::to_string(i) + ": reserved " + std::to_string(s.reserved) + " rung " +
+             std::to_string(s.rung) + " completed " + std::to_string(s.completed) + ";";
+      break;
+    }
+  }
+  r.ran = true;
+  r.verified = why.empty();
+  r.note = why;
+  r.wqes_per_unit = W;
+  r.wqes = expected;
+  r.reps = 1;
+  r.seconds = t;
+  r.mwqe = r.mwqe_min = r.mwqe_max = expected / t / 1e6;
+  return r;
+}
+
+Measure Bench::Dev::measure(const Options& o, const Config& c, bool bare) {
+  Measure r;
+  char buf[512];
+  const size_t nq = c.qps;
+  reset_queues(c);
   for (uint32_t i = 0; i < c.cons_ctas; ++i) host_store(h_started() + i, 0);
   // ---- the NIC stand-in first ----
   ConsParams cp{};
@@ -566,6 +611,14 @@ Result Bench::run(const Config& c) {
     r.skip_note = "internal: sweep larger than allocation";
     return r;
   }
+  if (o_.ncu_wqes) {
+    const uint64_t w = static_cast<uint64_t>(o_.ncu_wqes) * c.qps;
+    if (c.sharing != Sharing::Exclusive || w % c.units || (w / c.units) % c.gran) {
+      r.skipped = true;
+      r.skip_note = "--ncu: exclusive rows whose units split N WQEs per QP into whole batches only";
+      return r;
+    }
+  }
   const bool with_bare = !o_.no_bare && (!c.table || o_.bare_table);
   for (int b = 0; b < (with_bare ? 2 : 1); ++b) {
     int occ_post = 0, occ_cons = 0;
@@ -580,6 +633,11 @@ Result Bench::run(const Config& c) {
       r.skip_note = buf;
       return r;
     }
+  }
+  if (o_.ncu_wqes) {
+    r.kinet = g.measure_ncu(o_, c, false);
+    if (with_bare) r.bare = g.measure_ncu(o_, c, true);
+    return r;
   }
   r.kinet = g.measure(o_, c, false);
   if (with_bare) r.bare = g.measure(o_, c, true);

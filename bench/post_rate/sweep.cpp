@@ -142,10 +142,24 @@ std::vector<Config> build_sweep(const Options& o, int sms) {
   for (uint32_t ctas : dims)
     for (uint32_t qps : dims) v.push_back(make_warp("table", ctas, wpc, qps, false, /*table=*/true));
   if (!o.only.empty()) {
+    // Comma-separated terms; "g:NAME" matches the group exactly, any other
+    // term a part of the mode or the group.
+    auto keep = [&](const Config& c) {
+      size_t pos = 0;
+      while (pos <= o.only.size()) {
+        const size_t end = std::min(o.only.find(',', pos), o.only.size());
+        const std::string t = o.only.substr(pos, end - pos);
+        pos = end + 1;
+        if (t.empty()) continue;
+        if (t.rfind("g:", 0) == 0 ? c.group == t.substr(2)
+                                  : (c.mode.find(t) != std::string::npos || c.group.find(t) != std::string::npos))
+          return true;
+      }
+      return false;
+    };
     std::vector<Config> f;
     for (auto& c : v)
-      if (c.mode.find(o.only) != std::string::npos || c.group.find(o.only) != std::string::npos)
-        f.push_back(c);
+      if (keep(c)) f.push_back(c);
     v.swap(f);
   }
   return v;
