@@ -25,7 +25,7 @@ std::string fmt_ratio(const Result& r) {
   return b;
 }
 
-nlohmann::json measure_json(const Measure& m) {
+nlohmann::ordered_json measure_json(const Measure& m) {
   return {{"ran", m.ran},
           {"verified", m.verified},
           {"wqes_per_unit", m.wqes_per_unit},
@@ -166,7 +166,7 @@ int print_summary(const std::vector<Result>& rows, const RunInfo& info, const Op
 }
 
 bool write_json(const std::string& path, const std::vector<Result>& rows, const RunInfo& info, const Options& o) {
-  nlohmann::json doc;
+  nlohmann::ordered_json doc;
   doc["tool"] = "kinet-post-rate";
   doc["device"] = info.device;
   doc["sms"] = info.sms;
@@ -176,12 +176,12 @@ bool write_json(const std::string& path, const std::vector<Result>& rows, const 
                    {"reps", o.reps},                  {"warps_per_cta_table", o.warps_per_cta},
                    {"quick", o.quick},                {"bare", !o.no_bare},
                    {"ncu_wqes", o.ncu_wqes}};
-  nlohmann::json arr = nlohmann::json::array();
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   for (const Result& r : rows) {
     const Config& c = r.cfg;
     // Top-level rate fields are kinet's (what older plots read); the bare
     // kernel's measurement is under "bare", the same-run ratio under "ratio".
-    nlohmann::json j = measure_json(r.kinet);
+    nlohmann::ordered_json j = measure_json(r.kinet);
     j.update({{"mode", c.mode},
               {"group", c.group},
               {"table", c.table},
@@ -194,7 +194,7 @@ bool write_json(const std::string& path, const std::vector<Result>& rows, const 
               {"doorbell_batch", c.db_batch},
               {"skipped", r.skipped},
               {"skip_note", r.skip_note},
-              {"ratio", r.ratio() > 0 ? nlohmann::json(r.ratio()) : nlohmann::json(nullptr)}});
+              {"ratio", r.ratio() > 0 ? nlohmann::ordered_json(r.ratio()) : nlohmann::ordered_json(nullptr)}});
     if (r.bare.ran) j["bare"] = measure_json(r.bare);
     arr.push_back(std::move(j));
   }
