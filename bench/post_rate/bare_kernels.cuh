@@ -64,11 +64,17 @@ __device__ __forceinline__ void bare_write_nop(const kd::QpHandle& q, uint64_t i
 // it by __syncwarp/__syncthreads/an acquire) before the doorbell record, which
 // the stand-in reads with a GPU-scope acquire; the record before the doorbell
 // word, which crosses PCIe.
-__device__ __forceinline__ void bare_ring(const kd::QpHandle& q, uint64_t pi) {
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  asm volatile("st.relaxed.sys.global.b32 [%0], %1;" ::"l"(q.dbrec + mlx5::kSendDbrIndex),
-               "r"(bswap32(static_cast<uint32_t>(pi) & 0xffffu))
-               : "memory");
+// dbrec_release (--bare-dbrec-release, an experiment for bench/OPTIMIZE.md):
+// the record as one st.release.gpu instead of fence.acq_rel.gpu + relaxed
+// store, the same ordering for a GPU-scope reader without the L1 invalidation.
+__device__ __forceinline__ void bare_ring(const kd::QpHandle& q, uint64_t pi, bool dbrec_release) {
+  const uint32_t rec = bswap32(static_cast<uint32_t>(pi) & 0xffffu);
+  if (dbrec_release) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(q.dbrec + mlx5::kSendDbrIndex), "r"(rec) : "memory");
+  } else {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    asm volatile("st.relaxed.sys.global.b32 [%0], %1;" ::"l"(q.dbrec + mlx5::kSendDbrIndex), "r"(rec) : "memory");
+  }
   asm volatile("fence.acq_rel.sys;" ::: "memory");
   asm volatile("st.mmio.relaxed.sys.global.b64 [%0], %1;" ::"l"(q.db),
                "l"(mlx5::doorbell_word(static_cast<uint32_t>(pi), q.qpn_be8))
@@ -165,7 +171,7 @@ __device__ __forceinline__ void bare_quiet(const kd::QpHandle& q, BareQ& b, cons
     b.sig = ++b.pi;
   }
   if (b.rung != b.pi) {
-    bare_ring(q, b.pi);
+    bare_ring(q, b.pi, p.bare_dbrec_release != 0);
     b.rung = b.pi;
   }
   const uint64_t end = kinet::now_ns() + q.timeout_ns;
@@ -205,7 +211,7 @@ __global__ void __launch_bounds__(1024, 1) b_thread(PostParams p) {
     }
     ++posted;
     if (B <= 1 || ((i + 1) & (B - 1u)) == 0) {
-      bare_ring(q, b.pi);
+      bare_ring(q, b.pi, p.bare_dbrec_release != 0);
       b.rung = b.pi;
     }
   }
@@ -251,7 +257,7 @@ __global__ void __launch_bounds__(1024, 1) b_warp(PostParams p) {
       b.pi = first + 32u;
       const uint64_t e = last_signal_end(first, 32u, P);
       if (e) b.sig = e;
-      bare_ring(q, b.pi);
+      bare_ring(q, b.pi, p.bare_dbrec_release != 0);
       b.rung = b.pi;
     }
     posted += 32u;
@@ -299,7 +305,7 @@ __global__ void __launch_bounds__(1024, 1) b_cta(PostParams p) {
       b.pi = first + n;
       const uint64_t e = last_signal_end(first, n, P);
       if (e) b.sig = e;
-      bare_ring(q, b.pi);
+      bare_ring(q, b.pi, p.bare_dbrec_release != 0);
       b.rung = b.pi;
     }
     posted += n;
@@ -384,7 +390,7 @@ __device__ __forceinline__ bool shared_publish(const kd::QpHandle& q, uint64_t f
   // doorbell may announce everything below first + n; no doorbell lock.
   if (sig_end) kinet::store_relaxed<sc>(&s->signaled, sig_end);
   if (ring) {
-    bare_ring(q, first + n);
+    bare_ring(q, first + n, p.bare_dbrec_release != 0);
     kinet::store_relaxed<sc>(&s->rung, first + n);
   }
   kinet::store_release<sc>(&s->ready, first + n);

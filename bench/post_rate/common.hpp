@@ -47,6 +47,7 @@ struct PostParams {
   uint32_t* err_count;         // per thread: non-Ok statuses seen (accumulates over launches)
   int* first_err;              // (where << 16) | status of the first error, 0 = none
   unsigned long long inject_idx;  // self-test (--inject-bad): QP 0's WQE at this ring index gets a bad opcode
+  uint32_t bare_dbrec_release;    // bare kernel: doorbell record as st.release.gpu (--bare-dbrec-release)
 };
 
 struct ConsStats {  // one per QP, written by its retire warp
@@ -132,6 +133,7 @@ struct Options {
   // written before one launch per kind (a NIC that has already finished), so
   // the posting kernel runs alone, as a profiler that serialises kernels needs.
   uint32_t ncu_wqes = 0;
+  bool bare_dbrec_release = false;  // experiment: see PostParams::bare_dbrec_release
 };
 
 inline const char* sharing_name(Sharing s) {

@@ -42,6 +42,9 @@ int parse_options(int argc, char** argv, Options& o) {
                  "self-test: thread-excl rows corrupt QP 0's WQE at ring index IDX; they must FAIL");
   app.add_flag("--cqe-release-gpu", o.cqe_release_gpu,
                "diagnostic: the retire kernel releases CQEs at GPU scope (default: system)");
+  app.add_flag("--bare-dbrec-release", o.bare_dbrec_release,
+               "experiment: the bare kernel writes the doorbell record with st.release.gpu instead of "
+               "fence.acq_rel.gpu + store (bench/OPTIMIZE.md item 4)");
   app.add_option("--ncu", o.ncu_wqes,
                  "profiling mode (ncu serialises kernels): no retire kernel, the CQEs of N WQEs per QP written "
                  "beforehand, one launch per row and kind; exclusive rows only; N a multiple of the signal period "

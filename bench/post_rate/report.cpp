@@ -175,7 +175,7 @@ bool write_json(const std::string& path, const std::vector<Result>& rows, const 
                    {"timeout_ms", o.timeout_ms},      {"target_ms", o.target_ms},
                    {"reps", o.reps},                  {"warps_per_cta_table", o.warps_per_cta},
                    {"quick", o.quick},                {"bare", !o.no_bare},
-                   {"ncu_wqes", o.ncu_wqes}};
+                   {"ncu_wqes", o.ncu_wqes},          {"bare_dbrec_release", o.bare_dbrec_release}};
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   for (const Result& r : rows) {
     const Config& c = r.cfg;

@@ -338,6 +338,7 @@ double Bench::Dev::timed_post(const Options& o, const Config& c, bool bare, uint
   p.err_count = err_count;
   p.first_err = first_err;
   p.inject_idx = o.inject_idx >= 0 ? static_cast<unsigned long long>(o.inject_idx) : ~0ull;
+  p.bare_dbrec_release = o.bare_dbrec_release ? 1u : 0u;
   void* args[] = {&p};
   CK(cudaEventRecord(e0, s_post));
   CK(cudaLaunchKernel(post_kernel(c, bare, o.inject_idx >= 0), dim3(c.ctas), dim3(c.tpc), args, 0, s_post));
