@@ -6,6 +6,7 @@
 #   post_rate.txt/.json   the sweep            sass.txt.gz  every kernel's SASS
 #   ncu_*.txt/.csv        the profile          gpu.txt      card, driver, clocks
 # Usage (repository root, CUDA GPU): [OUT=dir] [THIRD_PARTY=dir] bench/profile_post_rate.sh
+# (THIRD_PARTY: a folder with CLI/ and nlohmann/ where their packages are missing)
 set -u
 OUT=${OUT:-$PWD/post_rate_out}
 B=${BUILD:-build}
