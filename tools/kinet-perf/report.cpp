@@ -8,6 +8,7 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "affinity.hpp"
@@ -133,42 +134,8 @@ void print_footer() {
   std::fflush(stdout);
 }
 
-// ---- JSON ---------------------------------------------------------------
+// ---- JSON (nlohmann-json) ------------------------------------------------
 namespace {
-
-std::string esc(const std::string& s) {
-  std::string o;
-  o.reserve(s.size() + 2);
-  o += '"';
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (ch < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", ch);
-          o += b;
-        } else {
-          o += static_cast<char>(ch);
-        }
-    }
-  }
-  o += '"';
-  return o;
-}
-
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char b[40];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
-std::string num(uint64_t v) { return std::to_string(v); }
-std::string boolean(bool b) { return b ? "true" : "false"; }
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
@@ -179,59 +146,69 @@ std::string utc_now() {
   return b;
 }
 
+// Non-finite numbers (a statistic of nothing) as null.
+nlohmann::ordered_json num(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
 }  // namespace
 
 bool write_json(const std::string& path, const RunInfo& info, const MachineInfo& m,
                 const std::vector<Result>& results, const std::string& error) {
-  std::string j;
-  j += "{\n";
-  j += "  \"tool\": \"kinet-perf\",\n";
-  j += "  \"kinet_version\": " + esc(info.version) + ",\n";
-  j += "  \"command_line\": " + esc(info.command_line) + ",\n";
-  j += "  \"timestamp_utc\": " + esc(utc_now()) + ",\n";
-  j += "  \"status\": " + esc(error.empty() ? "ok" : "failed") + ",\n";
-  if (!error.empty()) j += "  \"error\": " + esc(error) + ",\n";
-  j += "  \"machine\": {\"hostname\": " + esc(m.hostname) + ", \"os\": " + esc(m.os) + ", \"arch\": " +
-       esc(m.arch) + ", \"cpu_model\": " + esc(m.cpu_model) +
-       ", \"hardware_threads\": " + num(uint64_t(m.hardware_threads)) +
-       ", \"cpus_allowed\": " + num(uint64_t(m.cpus_allowed)) + "},\n";
-  j += "  \"provider\": {\"name\": " + esc(info.provider) + ", \"client_device\": " + esc(info.client_device) +
-       ", \"server_device\": " + esc(info.server_device) + ", \"max_qp_wr\": " + num(uint64_t(info.max_qp_wr)) +
-       ", \"max_msg\": " + num(uint64_t(info.max_msg)) + ", \"gpu_memory\": " + boolean(info.gpu_memory) + "},\n";
-  j += "  \"config\": {\"runner\": " + esc(info.runner) + ", \"lat_mode\": " + esc(info.lat_mode) + ", \"pinning\": " + esc(info.pinning) +
-       ", \"sq_depth\": " + num(uint64_t(info.sq_depth)) + ", \"timeout_ms\": " + num(info.timeout_ms) +
-       ", \"seed\": " + num(info.seed) + ", \"mb_bytes\": 1048576},\n";
-  j += "  \"results\": [";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Result& r = results[i];
+  using json = nlohmann::ordered_json;  // keys in the order written
+  json j;
+  j["tool"] = "kinet-perf";
+  j["kinet_version"] = info.version;
+  j["command_line"] = info.command_line;
+  j["timestamp_utc"] = utc_now();
+  j["status"] = error.empty() ? "ok" : "failed";
+  if (!error.empty()) j["error"] = error;
+  j["machine"] = {{"hostname", m.hostname},   {"os", m.os},
+                  {"arch", m.arch},           {"cpu_model", m.cpu_model},
+                  {"hardware_threads", m.hardware_threads}, {"cpus_allowed", m.cpus_allowed}};
+  j["provider"] = {{"name", info.provider},         {"client_device", info.client_device},
+                   {"server_device", info.server_device}, {"max_qp_wr", info.max_qp_wr},
+                   {"max_msg", info.max_msg},        {"gpu_memory", info.gpu_memory}};
+  j["config"] = {{"runner", info.runner},   {"lat_mode", info.lat_mode},     {"pinning", info.pinning},
+                 {"sq_depth", info.sq_depth}, {"timeout_ms", info.timeout_ms}, {"seed", info.seed},
+                 {"mb_bytes", 1048576}};
+  json rs = json::array();
+  for (const Result& r : results) {
     const TestCase& tc = r.tc;
-    j += i ? ",\n    {" : "\n    {";
-    j += "\"test\": " + esc(test_name(tc.kind)) + ", \"size\": " + num(uint64_t(tc.size)) +
-         ", \"iterations\": " + num(tc.iters) + ", \"warmup\": " + num(tc.warmup);
+    json x = {{"test", test_name(tc.kind)}, {"size", tc.size}, {"iterations", tc.iters}, {"warmup", tc.warmup}};
     if (is_latency(tc.kind)) {
       const LatStats s = lat_stats(r.lat_us);
-      j += ", \"half_round_trip\": " + boolean(r.half_round_trip);
-      if (tc.kind == TestKind::WriteLat)
-        j += ", \"inline\": " + boolean(tc.use_inline) + ", \"lat_mode\": " + esc(lat_mode_name(tc.lat_mode));
-      j += ", \"t_min_usec\": " + num(s.min) + ", \"t_max_usec\": " + num(s.max) +
-           ", \"t_typical_usec\": " + num(s.typical) + ", \"t_avg_usec\": " + num(s.avg) +
-           ", \"t_stdev_usec\": " + num(s.stdev) + ", \"p99_usec\": " + num(s.p99) +
-           ", \"p99_9_usec\": " + num(s.p999);
+      x["half_round_trip"] = r.half_round_trip;
+      if (tc.kind == TestKind::WriteLat) {
+        x["inline"] = tc.use_inline;
+        x["lat_mode"] = lat_mode_name(tc.lat_mode);
+      }
+      x["t_min_usec"] = num(s.min);
+      x["t_max_usec"] = num(s.max);
+      x["t_typical_usec"] = num(s.typical);
+      x["t_avg_usec"] = num(s.avg);
+      x["t_stdev_usec"] = num(s.stdev);
+      x["p99_usec"] = num(s.p99);
+      x["p99_9_usec"] = num(s.p999);
     } else {
       const BwStats b = bw_stats(r);
-      j += ", \"qps\": " + num(uint64_t(tc.qps)) + ", \"tx_depth\": " + num(uint64_t(tc.tx_depth)) +
-           ", \"signal_every\": " + num(uint64_t(tc.signal_every)) + ", \"seconds\": " + num(r.seconds) +
-           ", \"bytes\": " + num(r.bytes) + ", \"bw_MB_per_s\": " + num(b.mb_per_s) +
-           ", \"bw_Gbit_per_s\": " + num(b.gbit_per_s) + ", \"msg_rate_Mmsg_per_s\": " + num(b.mmsg_per_s);
+      x["qps"] = tc.qps;
+      x["tx_depth"] = tc.tx_depth;
+      x["signal_every"] = tc.signal_every;
+      x["seconds"] = num(r.seconds);
+      x["bytes"] = r.bytes;
+      x["bw_MB_per_s"] = num(b.mb_per_s);
+      x["bw_Gbit_per_s"] = num(b.gbit_per_s);
+      x["msg_rate_Mmsg_per_s"] = num(b.mmsg_per_s);
     }
-    j += ", \"verified\": " + esc(r.verified) + "}";
+    x["verified"] = r.verified;
+    rs.push_back(std::move(x));
   }
-  j += results.empty() ? "]\n" : "\n  ]\n";
-  j += "}\n";
+  j["results"] = std::move(rs);
 
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) return false;
-  f << j;
+  f << j.dump(2) << '\n';
   f.close();
   return static_cast<bool>(f);
 }

@@ -1,0 +1,26 @@
+# Header-only libraries of the tools and benchmarks: CLI11 (command lines) and
+# nlohmann-json (JSON). Debian: libcli11-dev, nlohmann-json3-dev. Where their
+# CMake packages are missing, KINET_THIRD_PARTY_INCLUDE may name a folder that
+# holds CLI/CLI.hpp and nlohmann/json.hpp. Defines CLI11::CLI11 and
+# nlohmann_json::nlohmann_json, or stops with what to install.
+set(KINET_THIRD_PARTY_INCLUDE "" CACHE PATH "folder with CLI/CLI.hpp and nlohmann/json.hpp when their packages are missing")
+function(kinet_header_lib target pkg header hint)
+  if(TARGET ${target})
+    return()
+  endif()
+  find_package(${pkg} CONFIG QUIET)
+  if(TARGET ${target})
+    message(STATUS "kinet: ${pkg} ${${pkg}_VERSION} (CMake package)")
+    return()
+  endif()
+  find_path(KINET_${pkg}_INCLUDE_DIR ${header} HINTS ${KINET_THIRD_PARTY_INCLUDE})
+  if(NOT KINET_${pkg}_INCLUDE_DIR)
+    message(FATAL_ERROR "kinet's tools need ${pkg} (${header}): install ${hint}, "
+                        "or set KINET_THIRD_PARTY_INCLUDE to a folder that holds ${header}")
+  endif()
+  message(STATUS "kinet: ${pkg} headers in ${KINET_${pkg}_INCLUDE_DIR}")
+  add_library(${target} INTERFACE IMPORTED GLOBAL)
+  set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${KINET_${pkg}_INCLUDE_DIR}")
+endfunction()
+kinet_header_lib(CLI11::CLI11 CLI11 CLI/CLI.hpp "Debian's libcli11-dev")
+kinet_header_lib(nlohmann_json::nlohmann_json nlohmann_json nlohmann/json.hpp "Debian's nlohmann-json3-dev")
