@@ -8,6 +8,7 @@
 #pragma once
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "kinet/kinet.hpp"
+#include "providers/emu/decode.hpp"
+#include "providers/emu/prm.hpp"
 
 namespace kinet::emu {
 
@@ -68,6 +71,33 @@ struct EmuQp {
   mutable std::mutex err_mu;
   std::string last_error;
 
+  // ---- strict NIC: doorbells, relaxed execution, teardown (engine.cpp, fabric.cpp) ----
+  // Held by the engine while it runs this QP, and by teardown to stop it.
+  std::mutex exec_mu;
+  // Held shared by a peer's engine while it executes an operation against
+  // this QP (fabric.cpp); exclusively by teardown to wait those out.
+  std::shared_mutex responder_mu;
+  // Set once by ~QueuePair (never cleared, unlike the state): the engine and
+  // the fabric stop touching this QP.
+  std::atomic<bool> destroyed{false};
+  // Engine-only: WQEs announced by doorbells so far (absolute index).
+  uint64_t sq_announced = 0;
+  // Engine-only: relaxed mode's issued-but-not-completed WQEs, oldest first.
+  struct InFlight {
+    uint64_t idx = 0;
+    uint8_t bb[64];
+    DecodedWqe w;
+    MemoryKind local_kind[2] = {MemoryKind::Host, MemoryKind::Host};
+    std::vector<uint8_t> snapshot;  // WRITE source read at issue (an earlier read/atomic was outstanding)
+  };
+  std::deque<InFlight> window;
+  // Engine-only: a bad doorbell, reported on the WQE at this index.
+  uint64_t doorbell_fault_idx = ~0ull;
+  std::string doorbell_fault;
+  // Engine-only: a repeated error is logged once, then counted.
+  std::string repeat_key;
+  uint64_t repeat_count = 0;
+
   ~EmuQp();
 };
 
@@ -92,9 +122,17 @@ struct Nic {
   std::atomic<bool> stop{false};
   std::thread engine;
 
+  // KINET_EMU_RELAXED != 0, read when the engine starts: relaxed execution (engine.cpp).
+  bool relaxed = false;
+
   bool lookup_mr(uint32_t key, MrEntry* out);
   std::shared_ptr<EmuQp> find_qp(uint32_t qpn);
   void run_engine();
+  // Teardown of one QP (from ~QueuePair, any thread): QP to ERROR, every
+  // announced-but-uncompleted WQE completed with a flush CQE, then waits until
+  // neither this Nic's engine nor a peer's responder touches `qp`. After it
+  // returns no byte moves on the QP's behalf.
+  void quiesce_qp(EmuQp& qp);
 };
 
 // A fault found while executing a WQE: the PRM syndrome of its error CQE

@@ -43,9 +43,14 @@ class EmuQueuePair final : public QueuePair {
   explicit EmuQueuePair(std::shared_ptr<EmuQp> qp) : qp_(std::move(qp)) {}
   ~EmuQueuePair() override {
     Nic& nic = *qp_->nic;
-    std::lock_guard<std::mutex> g(nic.qp_mu);
-    nic.qps.erase(qp_->qpn);
-    nic.qp_generation.fetch_add(1, std::memory_order_acq_rel);
+    {
+      std::lock_guard<std::mutex> g(nic.qp_mu);
+      nic.qps.erase(qp_->qpn);
+      nic.qp_generation.fetch_add(1, std::memory_order_acq_rel);
+    }
+    // Flush what was announced, wait out the engine and peers: after this no
+    // byte moves on the QP's behalf.
+    nic.quiesce_qp(*qp_);
   }
   uint32_t qpn() const override { return qp_->qpn; }
   QpState state() const override { return qp_->state.load(std::memory_order_acquire); }
@@ -201,6 +206,7 @@ class EmuPd final : public ProtectionDomain {
     qp->dbrec = reinterpret_cast<uint32_t*>(dbb);
     qp->cq_dbrec = reinterpret_cast<uint32_t*>(dbb + 8);
     qp->db = reinterpret_cast<uint64_t*>(dbb + 16);
+    *qp->db = prm::kNoDoorbell;  // the engine swaps this back in after each doorbell it takes
     // CQEs start invalid with owner 1, so the first lap (owner 0) is recognised.
     std::vector<uint8_t> init(cq_bytes, 0);
     for (size_t i = 0; i < n; ++i) init[i * mlx5::kCqeSize + 63] = mlx5::kCqeInitOpOwn;
@@ -229,6 +235,12 @@ class EmuDevice final : public Device {
   }
   ~EmuDevice() override {
     fabric().detach(nic_->node);  // peers now see this NIC as gone
+    std::vector<std::shared_ptr<EmuQp>> qps;
+    {
+      std::lock_guard<std::mutex> g(nic_->qp_mu);
+      for (auto& [n, qp] : nic_->qps) qps.push_back(qp);
+    }
+    for (auto& qp : qps) nic_->quiesce_qp(*qp);  // QPs still alive: flushed, nothing moves after this
     nic_->stop.store(true, std::memory_order_release);
     if (nic_->engine.joinable()) nic_->engine.join();
   }
