@@ -33,7 +33,7 @@ inline constexpr uint8_t kFenceSmallInit = 0x20;   // fence mode 1: initiator sm
 inline constexpr uint8_t kCeMask = 0x0c;
 inline constexpr uint8_t kCeAlways = 0x08;         // "CQE always" (CQ update)
 inline constexpr uint8_t kSolicited = 0x02;
-inline constexpr uint8_t kFmCeSeKnown = kFenceStrong | kFenceSmallInit | kCeMask | kSolicited;
+inline constexpr uint8_t kFmCeSeKnown = kFenceMask | kCeMask | kSolicited;  // bits 4 and 0 are reserved
 
 // Remote address segment (bytes 16..31 of RDMA and atomic WQEs).
 inline constexpr int kRaddr = 16;         // BE u64
