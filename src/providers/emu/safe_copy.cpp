@@ -1,8 +1,9 @@
 #include "providers/emu/safe_copy.hpp"
 
-#include <sys/uio.h>
-#include <unistd.h>
+#include <setjmp.h>
+#include <signal.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -16,21 +17,63 @@ namespace {
 
 constexpr size_t kBounce = 1u << 20;
 
-// One process_vm_writev moving [src, +n) to [dst, +n) in this process;
-// returns the bytes moved before the first fault.
-size_t vm_move(void* dst, const void* src, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    iovec l{const_cast<uint8_t*>(static_cast<const uint8_t*>(src)) + done, n - done};
-    iovec r{static_cast<uint8_t*>(dst) + done, n - done};
-    const ssize_t k = process_vm_writev(getpid(), &l, 1, &r, 1, 0);
-    if (k <= 0) {
-      if (k < 0 && errno == EINTR) continue;
-      return done;
-    }
-    done += static_cast<size_t>(k);
+// ---- fault-tolerant memcpy ----
+// A memcpy that a SIGSEGV/SIGBUS ends early instead of killing the process:
+// the handler, installed once, jumps back out of the copy when the faulting
+// thread is inside one; any other fault goes to the handler that was there
+// before (or the default action). process_vm_writev on our own pid would do
+// the same without a handler but costs a syscall per copy: measured 8 us per
+// 64-byte copy on the CI machine (memcpy: 0.02 us), and kinet-perf write_bw
+// at 64 B fell from 1.25 to 0.024 Mpps.
+// volatile + signal fences: the stores around memcpy must not be merged or
+// moved across it (the compiler sees no reader but the handler).
+__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* volatile tl_jump = nullptr;
+struct sigaction g_prev_segv, g_prev_bus;
+
+void on_fault(int sig, siginfo_t* si, void* uc) {
+  if (sigjmp_buf* j = tl_jump) {
+    tl_jump = nullptr;
+    siglongjmp(*j, 1);
   }
-  return done;
+  const struct sigaction& prev = sig == SIGBUS ? g_prev_bus : g_prev_segv;
+  if (prev.sa_flags & SA_SIGINFO) {
+    prev.sa_sigaction(sig, si, uc);
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+  } else {
+    signal(sig, SIG_DFL);  // returning re-runs the faulting access: the default action (core dump)
+  }
+}
+
+bool install_handler() {
+  static const bool ok = [] {
+    struct sigaction sa{};
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;  // NODEFER: the mask needs no restoring after the jump
+    sigemptyset(&sa.sa_mask);
+    const bool done = sigaction(SIGSEGV, &sa, &g_prev_segv) == 0 && sigaction(SIGBUS, &sa, &g_prev_bus) == 0;
+    if (!done)
+      KINET_LOG(Warn, "emu: cannot install the fault handler (%s): a region unmapped after registration will "
+                      "crash the process", std::strerror(errno));
+    return done;
+  }();
+  return ok;
+}
+
+// False if the copy faulted (then an unknown prefix of dst was written).
+bool guarded_memcpy(void* dst, const void* src, size_t n) {
+  if (!install_handler()) {
+    std::memcpy(dst, src, n);
+    return true;
+  }
+  sigjmp_buf j;
+  if (sigsetjmp(j, 0) != 0) return false;  // tl_jump was cleared by the handler
+  tl_jump = &j;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(dst, src, n);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tl_jump = nullptr;
+  return true;
 }
 
 // Whether every byte of [p, +n) can be read (probes in bounce-sized pieces).
@@ -38,7 +81,7 @@ bool readable(const void* p, size_t n) {
   static thread_local std::vector<uint8_t> probe(kBounce);
   for (size_t off = 0; off < n; off += kBounce) {
     const size_t k = n - off < kBounce ? n - off : kBounce;
-    if (vm_move(probe.data(), static_cast<const uint8_t*>(p) + off, k) != k) return false;
+    if (!guarded_memcpy(probe.data(), static_cast<const uint8_t*>(p) + off, k)) return false;
   }
   return true;
 }
@@ -61,20 +104,6 @@ CopyResult host_fault(void* dst, const void* src, size_t n) {
   return r;
 }
 
-// process_vm_* may be filtered (seccomp); then host copies fall back to
-// memcpy, which is fast but not fault-tolerant. Decided once, logged once.
-bool vm_usable() {
-  static const bool ok = [] {
-    uint64_t a = 1, b = 0;
-    const bool works = vm_move(&b, &a, sizeof a) == sizeof a && b == 1;
-    if (!works)
-      KINET_LOG(Warn, "emu: process_vm_writev unavailable (%s): host copies use memcpy and a region unmapped "
-                      "after registration will crash the process", std::strerror(errno));
-    return works;
-  }();
-  return ok;
-}
-
 CopyResult cuda_fault(bool src_is_gpu, const char* what) {
   CopyResult r;
   r.side = src_is_gpu ? CopyResult::Src : CopyResult::Dst;
@@ -92,11 +121,7 @@ std::mutex& atomic_mu() {
 CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n) {
   if (n == 0) return {};
   if (dk == MemoryKind::Host && sk == MemoryKind::Host) {
-    if (!vm_usable()) {
-      std::memcpy(dst, src, n);
-      return {};
-    }
-    if (vm_move(dst, src, n) == n) return {};
+    if (guarded_memcpy(dst, src, n)) return {};
     return host_fault(dst, src, n);
   }
   // A GPU on one side or both. A host side goes through a bounce buffer with

@@ -18,10 +18,12 @@ struct CopyResult {
   explicit operator bool() const { return side != None; }  // true = failed
 };
 
-// Copies n bytes. Host memory is accessed with process_vm_readv/writev on
-// this process, which return EFAULT where memcpy would raise SIGSEGV; GPU
-// memory through the CUDA shim, whose exceptions come back as {cuda, why}.
-// Never throws.
+// Copies n bytes. Host memory is copied with a memcpy that a SIGSEGV/SIGBUS
+// ends early (a process-wide handler, installed at the first copy, chains to
+// the previous one for every other fault; a handler the application installs
+// later replaces it, and then a bad region crashes again); GPU memory goes
+// through the CUDA shim, whose exceptions come back as {cuda, why}, with the
+// host side bounced through the guarded copy. Never throws.
 CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n);
 
 // Serialises every NIC atomic of this process (hardware atomics are atomic
