@@ -459,4 +459,33 @@ TEST(StrictNicCqe, SuccessErrorAndFlushCqes) {
   EXPECT_EQ(c.owner, 1);
 }
 
+// ---- repeated errors ------------------------------------------------------------------
+
+size_t count(const std::string& text, const std::string& word) {
+  size_t n = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
+TEST(StrictNicLog, CqOverrunIsLoggedOnceWithACount) {
+  ::testing::internal::CaptureStderr();
+  {
+    EmuPair p(opts(4));
+    const QpHandle h = p.h();
+    // 4 signalled NOPs fill the 4-entry CQ; nobody polls it.
+    for (uint64_t i = 0; i < 4; ++i) dev::prepare_nop<X>(h, i, dev::kSignal);
+    ring_by_hand(h, 4);
+    auto owner_of = [&](uint32_t i) { return __atomic_load_n(reinterpret_cast<const uint8_t*>(h.cq.cqes + i) + 63, __ATOMIC_ACQUIRE); };
+    ASSERT_TRUE(wait_until([&] { return (owner_of(3) >> 4) == 0; }, std::chrono::milliseconds(kTimeoutMs)));
+    for (uint64_t i = 4; i < 8; ++i) dev::prepare_nop<X>(h, i, dev::kSignal);
+    ring_by_hand(h, 8);  // the 5th CQE has no room
+    ASSERT_TRUE(wait_until([&] { return p.qa->state() == kinet::QpState::Error; }, std::chrono::milliseconds(kTimeoutMs)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the engine retries many times meanwhile
+    EXPECT_TRUE(has(p.qa->last_error(), "CQ overrun: 4 CQEs outstanding and none consumed"));
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(log, "CQ overrun"), 1u) << log;
+  EXPECT_EQ(count(log, "the previous message repeated"), 1u) << log;
+}
+
 }  // namespace

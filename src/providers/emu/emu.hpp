@@ -116,8 +116,6 @@ struct Nic {
   std::atomic<uint64_t> qp_generation{0};
   uint32_t next_qpn = 0x48;
   std::atomic<uint32_t> next_pd{1};
-  // Serialises atomics on GPU memory (host memory uses CPU atomics).
-  std::mutex gpu_atomic_mu;
   // Engine.
   std::atomic<bool> stop{false};
   std::thread engine;
