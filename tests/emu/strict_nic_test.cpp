@@ -101,7 +101,8 @@ TEST(StrictNic, RecordWithoutDoorbellExecutesNothing) {
   for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(rb.p()[i], 0) << "byte " << i << " moved without a doorbell";
   // The doorbell then runs exactly what the record holds.
   store_db(h, 1, h.qpn);
-  EXPECT_TRUE(wait_until([&] { return rb.p()[4095] == 0x5a; }, std::chrono::milliseconds(kTimeoutMs)));
+  EXPECT_EQ(dev::wait<X>(h, Ticket{idx + 1}), Status::Ok);
+  EXPECT_EQ(rb.p()[4095], 0x5a);
 }
 
 TEST(StrictNic, DoorbellRunsOnlyUpToItsIndex) {
@@ -116,11 +117,14 @@ TEST(StrictNic, DoorbellRunsOnlyUpToItsIndex) {
   dev::prepare_write_inline<X>(h, idx + 1, &two, 1, rb.addr() + 1, rb.rkey(), dev::kSignal);
   store_dbrec(h, 2);
   store_db(h, 1, h.qpn);  // announces WQE 0 only
-  ASSERT_TRUE(wait_until([&] { return rb.p()[0] == 1; }, std::chrono::milliseconds(kTimeoutMs)));
+  ASSERT_EQ(dev::wait<X>(h, Ticket{idx + 1}), Status::Ok);
+  EXPECT_EQ(rb.p()[0], 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(rb.p()[1], 0) << "WQE 1 ran without a doorbell announcing it";
+  EXPECT_EQ(dev::test<X>(h, Ticket{idx + 2}), Status::Pending) << "WQE 1 ran without a doorbell announcing it";
+  EXPECT_EQ(rb.p()[1], 0);
   store_db(h, 2, h.qpn);
-  EXPECT_TRUE(wait_until([&] { return rb.p()[1] == 2; }, std::chrono::milliseconds(kTimeoutMs)));
+  ASSERT_EQ(dev::wait<X>(h, Ticket{idx + 2}), Status::Ok);
+  EXPECT_EQ(rb.p()[1], 2);
   (void)la;
 }
 
