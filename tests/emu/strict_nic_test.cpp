@@ -479,8 +479,12 @@ TEST(StrictNicLog, CqOverrunIsLoggedOnceWithACount) {
     // 4 signalled NOPs fill the 4-entry CQ; nobody polls it.
     for (uint64_t i = 0; i < 4; ++i) dev::prepare_nop<X>(h, i, dev::kSignal);
     ring_by_hand(h, 4);
-    auto owner_of = [&](uint32_t i) { return __atomic_load_n(reinterpret_cast<const uint8_t*>(h.cq.cqes + i) + 63, __ATOMIC_ACQUIRE); };
-    ASSERT_TRUE(wait_until([&] { return (owner_of(3) >> 4) == 0; }, std::chrono::milliseconds(kTimeoutMs)));
+    // The NIC writes the CQE's last 4 bytes with release; op_own is the top byte (little-endian).
+    auto op_own = [&](uint32_t i) {
+      return __atomic_load_n(reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint8_t*>(h.cq.cqes + i) + 60),
+                             __ATOMIC_ACQUIRE) >> 24;
+    };
+    ASSERT_TRUE(wait_until([&] { return (op_own(3) >> 4) == 0; }, std::chrono::milliseconds(kTimeoutMs)));
     for (uint64_t i = 4; i < 8; ++i) dev::prepare_nop<X>(h, i, dev::kSignal);
     ring_by_hand(h, 8);  // the 5th CQE has no room
     ASSERT_TRUE(wait_until([&] { return p.qa->state() == kinet::QpState::Error; }, std::chrono::milliseconds(kTimeoutMs)));

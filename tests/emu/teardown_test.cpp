@@ -98,6 +98,13 @@ TEST(EmuTeardown, DestroyedQpFlushesWhatWasAnnounced) {
 }
 
 // Host memory unmapped after registration: an error CQE, not SIGSEGV.
+// ThreadSanitizer's memcpy interceptor does not survive the jump out of a
+// faulting copy; plain and ASan builds run these.
+#if defined(__SANITIZE_THREAD__)
+#define SKIP_UNDER_TSAN() GTEST_SKIP() << "fault recovery inside TSan's memcpy interceptor is not supported"
+#else
+#define SKIP_UNDER_TSAN() (void)0
+#endif
 struct Unmapped {
   explicit Unmapped(size_t n) : len(n) {
     p = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -108,6 +115,7 @@ struct Unmapped {
 };
 
 TEST(EmuTeardown, UnmappedLocalSourceIsALocalProtectionError) {
+  SKIP_UNDER_TSAN();
   EmuPair p(opts());
   Region& rb = p.reg_b(8192);
   Unmapped u(8192);
@@ -121,6 +129,7 @@ TEST(EmuTeardown, UnmappedLocalSourceIsALocalProtectionError) {
 }
 
 TEST(EmuTeardown, UnmappedRemoteTargetIsARemoteAccessError) {
+  SKIP_UNDER_TSAN();
   EmuPair p(opts());
   Region& la = p.reg_a(8192);
   Unmapped u(8192);
@@ -135,6 +144,7 @@ TEST(EmuTeardown, UnmappedRemoteTargetIsARemoteAccessError) {
 }
 
 TEST(EmuTeardown, UnmappedReadTargetAndAtomicTarget) {
+  SKIP_UNDER_TSAN();
   EmuPair p(opts());
   Region& rb = p.reg_b(8192);
   Unmapped u(8192);
