@@ -181,6 +181,23 @@ TEST(StrictNic, DoorbellNamingAnotherQpIsReported) {
   expect_doorbell_error(p, want);
 }
 
+TEST(StrictNic, DoorbellBeyondTheRingIsReported) {
+  {  // exactly a ring's worth: fine
+    EmuPair p(opts(4));
+    const QpHandle h = p.h();
+    for (uint64_t i = 0; i < 4; ++i) dev::prepare_nop<X>(h, i, dev::kSignal);
+    ring_by_hand(h, 4);
+    EXPECT_EQ(dev::wait<X>(h, Ticket{4}), Status::Ok);
+  }
+  EmuPair p(opts(4));
+  const QpHandle h = p.h();
+  for (uint64_t i = 0; i < 4; ++i) dev::prepare_nop<X>(h, i, dev::kSignal);
+  ring_by_hand(h, 5);  // one more than the ring holds
+  EXPECT_EQ(dev::wait<X>(h, Ticket{1}), Status::LocalQpOp);
+  EXPECT_TRUE(has(p.qa->last_error(),
+                  "doorbell announced WQE index 5, 5 WQEs past the last announced one (0): more than the ring holds (4)"));
+}
+
 // ---- relaxed execution ------------------------------------------------------------
 
 // get(remote src -> buf) then put(buf -> remote dst), one doorbell for both.
