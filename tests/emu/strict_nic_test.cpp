@@ -202,24 +202,24 @@ TEST(StrictNic, DoorbellBeyondTheRingIsReported) {
 
 // get(remote src -> buf) then put(buf -> remote dst), one doorbell for both.
 // Returns the first byte that reached dst.
-uint8_t get_then_put(bool relaxed, uint32_t put_flags) {
+uint8_t get_then_put(bool relaxed, uint32_t put_flags, uint32_t n = 4096) {
   Mode m(relaxed);
   EmuPair p(opts());
-  Region& buf = p.reg_a(4096);
-  Region& src = p.reg_b(4096);
-  Region& dst = p.reg_b(4096);
-  std::memset(buf.p(), 0x11, 4096);  // stale
-  std::memset(src.p(), 0x22, 4096);  // fresh
+  Region& buf = p.reg_a(n);
+  Region& src = p.reg_b(n);
+  Region& dst = p.reg_b(n);
+  std::memset(buf.p(), 0x11, n);  // stale
+  std::memset(src.p(), 0x22, n);  // fresh
   const QpHandle h = p.h();
   uint64_t idx;
   EXPECT_EQ(dev::reserve<X>(h, 2, &idx), Status::Ok);
-  dev::prepare_read<X>(h, idx, buf.p(), buf.lkey(), src.addr(), src.rkey(), 4096, 0);
-  dev::prepare_write<X>(h, idx + 1, buf.p(), buf.lkey(), dst.addr(), dst.rkey(), 4096, dev::kSignal | put_flags);
+  dev::prepare_read<X>(h, idx, buf.p(), buf.lkey(), src.addr(), src.rkey(), n, 0);
+  dev::prepare_write<X>(h, idx + 1, buf.p(), buf.lkey(), dst.addr(), dst.rkey(), n, dev::kSignal | put_flags);
   EXPECT_EQ(dev::publish<X>(h, idx, 2), Status::Ok);
   EXPECT_EQ(dev::ring_doorbell<X>(h, idx + 2), Status::Ok);
   EXPECT_EQ(dev::wait<X>(h, Ticket{idx + 2}), Status::Ok);
-  EXPECT_EQ(buf.p()[4095], 0x22) << "the read itself delivered";
-  for (size_t i = 1; i < 4096; ++i)
+  EXPECT_EQ(buf.p()[n - 1], 0x22) << "the read itself delivered";
+  for (size_t i = 1; i < n; ++i)
     if (dst.p()[i] != dst.p()[0]) ADD_FAILURE() << "dst mixes old and new bytes at " << i;
   return dst.p()[0];
 }
@@ -227,6 +227,11 @@ uint8_t get_then_put(bool relaxed, uint32_t put_flags) {
 TEST(StrictNicRelaxed, MissingFenceSendsStaleData) { EXPECT_EQ(get_then_put(true, 0), 0x11); }
 TEST(StrictNicRelaxed, FenceWaitsForTheRead) { EXPECT_EQ(get_then_put(true, dev::kFence), 0x22); }
 TEST(StrictNicRelaxed, InOrderModeNeedsNoFence) { EXPECT_EQ(get_then_put(false, 0), 0x22); }
+// Sources above 1 MiB are not copied aside: such a WRITE waits for the read.
+TEST(StrictNicRelaxed, SnapshotLimitEdge) {
+  EXPECT_EQ(get_then_put(true, 0, 1u << 20), 0x11);
+  EXPECT_EQ(get_then_put(true, 0, (1u << 20) + 1), 0x22);
+}
 
 TEST(StrictNicRelaxed, LaterReadSeesEarlierWrite) {
   Mode m(true);

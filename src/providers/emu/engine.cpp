@@ -34,6 +34,10 @@ namespace {
 using InFlight = EmuQp::InFlight;
 
 constexpr size_t kWindow = 16;  // relaxed mode: WQEs issued and not yet completed
+// Relaxed mode: a WRITE source larger than this is not copied aside; the
+// WRITE waits for the outstanding READs/ATOMICs instead (in-order execution
+// is always allowed).
+constexpr uint64_t kMaxSnapshot = 1u << 20;
 
 uint32_t load_be32_acquire(uint32_t* p) {
   const uint32_t raw = load_acquire<Scope::System>(p);
@@ -65,7 +69,8 @@ class QpRunner {
       std::string why;
       const bool decoded = decode_send_wqe(e.bb, &e.w, &why);
       Fault f = validate(e, decoded, why);
-      if (!f && e.w.fence && window_has_read_or_atomic()) {
+      const bool big_write = e.w.opcode == prm::kRdmaWrite && e.w.total_len() > kMaxSnapshot;
+      if (!f && (e.w.fence || big_write) && window_has_read_or_atomic()) {
         if (!retire_all()) return true;
         if (state() == QpState::Error) continue;  // an earlier WQE failed: this one is flushed
       }
