@@ -162,6 +162,38 @@ TEST(EmuLifetime, ReconnectAfterReset) {
   EXPECT_EQ(dst.p()[63], 0x78);
 }
 
+// reset() with a fault recorded and WQEs still announced: the error, the
+// engine's progress and the rings all start over; more operations than ring
+// slots then complete with their data.
+TEST(EmuLifetime, ResetAfterFaultWithWqesInFlightStartsOver) {
+  PairOptions o;
+  o.cfg_a = test_qp_config(16);
+  EmuPair p(o);
+  Region& src = p.reg_a(4096);
+  Region& dst = p.reg_b(4096);
+  const kinet::QpInfo ib = p.qb->info();
+  const dev::QpHandle h = p.h();
+  dev::Ticket bad;
+  ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), kinet::Rkey{0x12345678}, 64, dev::kSignal, &bad),
+            Status::Ok);
+  for (int i = 0; i < 5; ++i)  // announced behind the fault, not waited for
+    ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), 64), Status::Ok);
+  EXPECT_EQ(dev::wait<X>(h, bad), Status::RemoteAccess);
+  EXPECT_NE(p.qa->last_error(), "");
+  p.qa->reset();
+  EXPECT_EQ(p.qa->state(), QpState::Reset);
+  EXPECT_EQ(p.qa->last_error(), "");
+  p.qa->connect(ib);
+  for (int i = 0; i < 48; ++i) {  // three laps of the 16-slot ring
+    std::memset(src.p(), 0x40 + i, 64);
+    dev::Ticket t;
+    ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), 64, dev::kSignal, &t), Status::Ok);
+    ASSERT_EQ(dev::wait<X>(h, t), Status::Ok) << "op " << i << ": " << p.qa->last_error();
+    ASSERT_EQ(dst.p()[0], 0x40 + i);
+    ASSERT_EQ(dst.p()[63], 0x40 + i);
+  }
+}
+
 TEST(EmuLifetime, NothingLeavesErrorButReset) {
   auto d = kinet::Device::open("emu");
   auto pd = d->alloc_pd();

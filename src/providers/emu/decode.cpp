@@ -2,19 +2,42 @@
 
 #include <cstdio>
 
+#include "providers/emu/prm.hpp"
+
 namespace kinet::emu {
 namespace {
-// PRM byte offsets inside a send WQE basic block.
-constexpr int kCtrlOpcode = 3, kCtrlIdx = 1, kCtrlOpmod = 0, kCtrlQpn = 4, kCtrlDs = 7, kCtrlFlags = 11;
-constexpr int kRaddr = 16, kRkey = 24;
-constexpr int kSeg2 = 32, kSeg3 = 48;
-constexpr uint8_t kCqUpdateBits = 0x0c;  // fm_ce_se bits 3:2: "CQE on every WQE" when == 2
-constexpr uint32_t kInlineBit = 0x80000000u;
+using namespace prm;
 
-void read_sge(const uint8_t* p, Sge* s) {
-  s->len = rd_be32(p);
-  s->lkey = rd_be32(p + 4);
-  s->addr = rd_be64(p + 8);
+std::string hex2(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%02x", v);
+  return b;
+}
+
+// A pointer data segment: byte_count bit 31 would make it inline, so a
+// length of 2^31 or more is malformed, not a big transfer.
+bool read_sge(const uint8_t* p, Sge* s, const char* what, std::string* why) {
+  const uint32_t bc = rd_be32(p + kDataByteCount);
+  if (bc & kInlineFlag) {
+    *why = std::string(what) + " data segment byte count " + std::to_string(bc) +
+           " has bit 31 (the inline flag) set: lengths must be < 2^31";
+    return false;
+  }
+  s->len = bc;
+  s->lkey = rd_be32(p + kDataLkey);
+  s->addr = rd_be64(p + kDataAddr);
+  return true;
+}
+
+bool check_raddr_seg(const uint8_t* bb, DecodedWqe* d, std::string* why) {
+  d->raddr = rd_be64(bb + kRaddr);
+  d->rkey = rd_be32(bb + kRkey);
+  const uint32_t r = rd_be32(bb + kRaddrReserved);
+  if (r != 0) {
+    *why = "remote-address segment reserved word is " + hex2(r) + ", must be 0";
+    return false;
+  }
+  return true;
 }
 }  // namespace
 
@@ -31,83 +54,100 @@ uint64_t DecodedWqe::total_len() const {
   return t;
 }
 
+bool DecodedWqe::is_atomic() const { return opcode == kAtomicCs || opcode == kAtomicFa; }
+
 const char* opcode_name(uint8_t op) {
   switch (op) {
-    case 0x00: return "NOP";
-    case 0x08: return "RDMA_WRITE";
-    case 0x09: return "RDMA_WRITE_IMM";
-    case 0x0a: return "SEND";
-    case 0x10: return "RDMA_READ";
-    case 0x11: return "ATOMIC_CS";
-    case 0x12: return "ATOMIC_FA";
+    case kNop: return "NOP";
+    case kRdmaWrite: return "RDMA_WRITE";
+    case kRdmaWriteImm: return "RDMA_WRITE_IMM";
+    case kSend: return "SEND";
+    case kRdmaRead: return "RDMA_READ";
+    case kAtomicCs: return "ATOMIC_CS";
+    case kAtomicFa: return "ATOMIC_FA";
     default: return "UNKNOWN";
   }
 }
 
 bool decode_send_wqe(const uint8_t* bb, DecodedWqe* d, std::string* why) {
   *d = DecodedWqe{};
-  d->opmod = bb[kCtrlOpmod];
-  d->wqe_index = rd_be16(bb + kCtrlIdx);
+  const uint8_t opmod = bb[kCtrlOpmod];
+  d->wqe_index = rd_be16(bb + kCtrlWqeIndex);
   d->opcode = bb[kCtrlOpcode];
   d->qpn = rd_be32(bb + kCtrlQpn) >> 8;
   d->ds = bb[kCtrlDs];
-  d->fm_ce_se = bb[kCtrlFlags];
-  d->signaled = ((d->fm_ce_se & kCqUpdateBits) >> 2) == 2;
-  if (d->ds == 0 || d->ds > 4) {
-    *why = "DS count " + std::to_string(d->ds) + " does not fit one 64-byte basic block";
-    return false;
-  }
+  d->fm_ce_se = bb[kCtrlFmCeSe];
+  d->signaled = (d->fm_ce_se & kCeMask) == kCeAlways;
+  d->fence = (d->fm_ce_se & kFenceMask) != 0;
+
+  if (opmod != 0) return *why = "opmod " + hex2(opmod) + " is not 0", false;
+  if (bb[kCtrlSignature] != 0)
+    return *why = "signature byte " + hex2(bb[kCtrlSignature]) + " is not 0 (WQE signatures are off)", false;
+  if (bb[kCtrlDci] != 0 || bb[kCtrlDci + 1] != 0)
+    return *why = "dci stream channel id " + hex2(rd_be16(bb + kCtrlDci)) + " is not 0 on an RC QP", false;
+  if (rd_be32(bb + kCtrlImm) != 0)
+    return *why = "immediate field " + hex2(rd_be32(bb + kCtrlImm)) + " is not 0 (no opcode with immediate)", false;
+  if (d->fm_ce_se & ~kFmCeSeKnown)
+    return *why = "fm_ce_se " + hex2(d->fm_ce_se) + " has unknown bits " + hex2(d->fm_ce_se & ~kFmCeSeKnown), false;
+  if ((d->fm_ce_se & kFenceMask) != 0 && (d->fm_ce_se & kFenceMask) != kFenceStrong &&
+      (d->fm_ce_se & kFenceMask) != kFenceSmallInit)
+    return *why = "fm_ce_se " + hex2(d->fm_ce_se) + " has an unknown fence mode", false;
+  if ((d->fm_ce_se & kCeMask) != 0 && (d->fm_ce_se & kCeMask) != kCeAlways)
+    return *why = "fm_ce_se " + hex2(d->fm_ce_se) + " asks for an unsupported CQE mode", false;
+  if (d->ds == 0 || d->ds > kMaxDsOneBB)
+    return *why = "DS count " + std::to_string(d->ds) + " does not fit one 64-byte basic block", false;
+
+  const std::string ds_s = std::to_string(d->ds);
   switch (d->opcode) {
-    case 0x00:  // NOP
+    case kNop:
+      if (d->ds != 1) return *why = "NOP with DS " + ds_s + " (expected 1)", false;
       return true;
-    case 0x08:    // RDMA_WRITE
-    case 0x10: {  // RDMA_READ
-      if (d->ds < 2) {
-        *why = "RDMA WQE without a remote-address segment";
-        return false;
-      }
-      d->raddr = rd_be64(bb + kRaddr);
-      d->rkey = rd_be32(bb + kRkey);
+    case kRdmaWrite:
+    case kRdmaRead: {
+      const bool read = d->opcode == kRdmaRead;
+      if (d->ds < 2) return *why = std::string(opcode_name(d->opcode)) + " with DS 1 (no remote-address segment)", false;
+      if (!check_raddr_seg(bb, d, why)) return false;
       if (d->ds == 2) return true;  // zero-length
       const uint32_t bc = rd_be32(bb + kSeg2);
-      if (bc & kInlineBit) {
-        if (d->opcode != 0x08) {
-          *why = "inline data on an RDMA_READ";
-          return false;
-        }
+      if (bc & kInlineFlag) {
+        if (read) return *why = "RDMA_READ data segment byte count " + std::to_string(bc) +
+                                " has bit 31 (the inline flag) set: lengths must be < 2^31", false;
+        const uint32_t len = bc & ~kInlineFlag;
+        const uint32_t room = (kMaxDsOneBB - 2) * kDsUnit - kInlineHeader;
+        if (len > room)
+          return *why = "inline length " + std::to_string(len) + " overruns the WQE (at most " + std::to_string(room) +
+                        " bytes in one basic block)", false;
+        const uint32_t want_ds = 2 + (kInlineHeader + len + kDsUnit - 1) / kDsUnit;
+        if (d->ds != want_ds)
+          return *why = "inline WQE of " + std::to_string(len) + " bytes with DS " + ds_s + " (expected " +
+                        std::to_string(want_ds) + ")", false;
+        for (uint32_t i = kSeg2 + kInlineHeader + len; i < d->ds * kDsUnit; ++i)
+          if (bb[i] != 0)
+            return *why = "inline padding byte " + std::to_string(i) + " is " + hex2(bb[i]) + ", must be 0", false;
         d->is_inline = true;
-        d->inline_len = bc & 0x3ffu;
-        const uint32_t room = (d->ds - 2) * 16 - 4;
-        if (d->inline_len > room) {
-          *why = "inline length " + std::to_string(d->inline_len) + " overruns the WQE (" + std::to_string(room) + " bytes)";
-          return false;
-        }
-        d->inline_data = bb + kSeg2 + 4;
+        d->inline_len = len;
+        d->inline_data = bb + kSeg2 + kInlineHeader;
         return true;
       }
       d->nsge = d->ds - 2;
-      for (int i = 0; i < d->nsge; ++i) read_sge(bb + kSeg2 + 16 * i, &d->sge[i]);
+      for (int i = 0; i < d->nsge; ++i)
+        if (!read_sge(bb + kSeg2 + kDsUnit * i, &d->sge[i], read ? "RDMA_READ" : "RDMA_WRITE", why)) return false;
       return true;
     }
-    case 0x11:    // ATOMIC_CS
-    case 0x12: {  // ATOMIC_FA
-      if (d->ds != 4) {
-        *why = "atomic WQE with DS " + std::to_string(d->ds) + " (expected 4: ctrl, raddr, atomic, data)";
-        return false;
-      }
-      d->raddr = rd_be64(bb + kRaddr);
-      d->rkey = rd_be32(bb + kRkey);
-      d->swap_add = rd_be64(bb + kSeg2);
-      d->compare = rd_be64(bb + kSeg2 + 8);
+    case kAtomicCs:
+    case kAtomicFa: {
+      if (d->ds != 4)
+        return *why = "atomic WQE with DS " + ds_s + " (expected 4: ctrl, raddr, atomic, data)", false;
+      if (!check_raddr_seg(bb, d, why)) return false;
+      d->swap_add = rd_be64(bb + kSeg2 + kAtomicSwapAdd);
+      d->compare = rd_be64(bb + kSeg2 + kAtomicCompare);
+      if (d->opcode == kAtomicFa && d->compare != 0)
+        return *why = "ATOMIC_FA compare field is not 0", false;
       d->nsge = 1;
-      read_sge(bb + kSeg3, &d->sge[0]);
-      return true;
+      return read_sge(bb + kSeg3, &d->sge[0], "atomic", why);
     }
     default:
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "opcode 0x%02x is not supported by emu", d->opcode);
-      *why = buf;
-      return false;
+      return *why = "opcode " + hex2(d->opcode) + " (" + opcode_name(d->opcode) + ") is not supported by emu", false;
   }
 }
 }  // namespace kinet::emu

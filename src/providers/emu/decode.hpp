@@ -1,6 +1,7 @@
 // kinet emu — decoder of mlx5 send WQEs. Written from the PRM's byte layout
-// independently of the encoder (it reads bytes at offsets, and does not use
-// include/kinet/mlx5's structs), so a layout error cannot hide on both sides.
+// (providers/emu/prm.hpp) independently of the encoder: it reads bytes at
+// offsets and shares no struct or constant with include/kinet/mlx5, so a
+// layout error cannot hide on both sides.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,12 +16,12 @@ struct Sge {
 
 struct DecodedWqe {
   uint8_t opcode = 0;
-  uint8_t opmod = 0;
   uint16_t wqe_index = 0;
   uint32_t qpn = 0;
   uint8_t ds = 0;          // WQE size in 16-byte units
   uint8_t fm_ce_se = 0;
-  bool signaled = false;   // CQ_UPDATE requested
+  bool signaled = false;   // CQE requested ("CQE always")
+  bool fence = false;      // fence mode set: wait for earlier reads/atomics
   uint64_t raddr = 0;
   uint32_t rkey = 0;
   uint64_t swap_add = 0;   // atomics
@@ -29,8 +30,9 @@ struct DecodedWqe {
   uint32_t inline_len = 0;
   const uint8_t* inline_data = nullptr;  // points into the decoded buffer
   int nsge = 0;
-  Sge sge[3];
+  Sge sge[2];
   uint64_t total_len() const;
+  bool is_atomic() const;
 };
 
 // Byte readers of big-endian fields.
@@ -38,9 +40,13 @@ uint16_t rd_be16(const uint8_t* p);
 uint32_t rd_be32(const uint8_t* p);
 uint64_t rd_be64(const uint8_t* p);
 
-// Decodes the 64-byte basic block `bb`. Returns false with a reason when the
-// WQE is malformed (unknown opcode, DS count inconsistent with the opcode, an
-// inline length that overruns the WQE).
+// Decodes and validates the 64-byte basic block `bb`. The opcode, index, QPN,
+// DS and fm_ce_se are filled in even when the WQE is malformed (for the error
+// CQE). Returns false with one exact reason for the first malformed field:
+// opmod, signature, dci, immediate or raddr-reserved bytes not zero; unknown
+// fm_ce_se bits; unknown opcode; DS inconsistent with the opcode; an inline
+// length beyond the WQE or padding not zero; a pointer byte count with bit 31
+// set. Checks that need the QP (index vs slot, QPN, max_msg) are the caller's.
 bool decode_send_wqe(const uint8_t* bb, DecodedWqe* out, std::string* why);
 
 const char* opcode_name(uint8_t opcode);

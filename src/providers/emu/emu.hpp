@@ -8,7 +8,9 @@
 #pragma once
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include "kinet/kinet.hpp"
+#include "providers/emu/decode.hpp"
+#include "providers/emu/prm.hpp"
 
 namespace kinet::emu {
 
@@ -90,6 +94,33 @@ struct EmuQp {
   std::mutex ctl_mu;
   std::shared_ptr<const std::atomic<bool>> pd_destroyed;  // set by ~ProtectionDomain
 
+  // ---- strict NIC: doorbells, relaxed execution, teardown (engine.cpp, fabric.cpp) ----
+  // Held by the engine while it runs this QP, and by teardown to stop it.
+  std::mutex exec_mu;
+  // Held shared by a peer's engine while it executes an operation against
+  // this QP (fabric.cpp); exclusively by teardown to wait those out.
+  std::shared_mutex responder_mu;
+  // Set once by ~QueuePair (never cleared, unlike the state): the engine and
+  // the fabric stop touching this QP.
+  std::atomic<bool> destroyed{false};
+  // Engine-only: WQEs announced by doorbells so far (absolute index).
+  uint64_t sq_announced = 0;
+  // Engine-only: relaxed mode's issued-but-not-completed WQEs, oldest first.
+  struct InFlight {
+    uint64_t idx = 0;
+    uint8_t bb[64];
+    DecodedWqe w;
+    MemoryKind local_kind[2] = {MemoryKind::Host, MemoryKind::Host};
+    std::vector<uint8_t> snapshot;  // WRITE source read at issue (an earlier read/atomic was outstanding)
+  };
+  std::deque<InFlight> window;
+  // Engine-only: a bad doorbell, reported on the WQE at this index.
+  uint64_t doorbell_fault_idx = ~0ull;
+  std::string doorbell_fault;
+  // Engine-only: a repeated error is logged once, then counted.
+  std::string repeat_key;
+  uint64_t repeat_count = 0;
+
   ~EmuQp();
 };
 
@@ -110,15 +141,26 @@ struct Nic {
   IdSpace mr_ids;  // memory keys, under mr_mu
   IdSpace qp_ids;  // QP numbers, under qp_mu
   std::atomic<bool> closed{false};  // the Device object is gone: control calls throw BadState
-  // Serialises atomics on GPU memory (host memory uses CPU atomics).
-  std::mutex gpu_atomic_mu;
   // Engine.
   std::atomic<bool> stop{false};
   std::thread engine;
 
+  // KINET_EMU_RELAXED != 0, read when the engine starts: relaxed execution (engine.cpp).
+  bool relaxed = false;
+
   bool lookup_mr(uint32_t key, MrEntry* out);
   std::shared_ptr<EmuQp> find_qp(uint32_t qpn);
   void run_engine();
+  // Teardown of one QP (from ~QueuePair, any thread): QP to ERROR, every
+  // announced-but-uncompleted WQE completed with a flush CQE, then waits until
+  // neither this Nic's engine nor a peer's responder touches `qp`. After it
+  // returns no byte moves on the QP's behalf.
+  void quiesce_qp(EmuQp& qp);
+  // modify-to-RESET of one QP (QueuePair::reset, with the QP already in
+  // ERROR): waits until neither the engine nor a peer's responder is inside
+  // it, discards the engine's progress and in-flight window, and runs
+  // `reinit` (re-initialises the rings) while the engine is kept out.
+  void reset_qp(EmuQp& qp, const std::function<void()>& reinit);
 };
 
 // A fault found while executing a WQE: the PRM syndrome of its error CQE

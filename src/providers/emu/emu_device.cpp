@@ -109,6 +109,24 @@ struct IdLease {
   }
 };
 
+// Puts a QP's rings in their RESET-state contents: the doorbell word holds
+// "no doorbell" (the engine swaps it back in after each doorbell it takes),
+// records and posting state zero, every CQE invalid with owner 1 so the first
+// lap (owner 0) is recognised. Used by create_qp and by reset().
+void init_rings(EmuQp& qp) {
+  const size_t n = size_t(1) << qp.log_n;
+  std::memset(qp.dbrec, 0, 8);
+  std::memset(qp.cq_dbrec, 0, 8);
+  *qp.db = prm::kNoDoorbell;
+  std::vector<uint8_t> cq(n * mlx5::kCqeSize, 0);
+  for (size_t i = 0; i < n; ++i) cq[i * mlx5::kCqeSize + 63] = mlx5::kCqeInitOpOwn;
+  const dev::SqState zero{};
+  if (qp.block_on_gpu) cuda::copy(qp.cqes, cq.data(), cq.size());
+  else std::memcpy(qp.cqes, cq.data(), cq.size());
+  if (qp.block_on_gpu || qp.gpu_state) cuda::copy(qp.qstate, &zero, sizeof zero);
+  else std::memcpy(qp.qstate, &zero, sizeof zero);
+}
+
 class EmuMr final : public MemoryRegion {
  public:
   EmuMr(std::shared_ptr<Nic> nic, uint32_t key, const MrEntry& e)
@@ -140,9 +158,14 @@ class EmuQueuePair final : public QueuePair {
   explicit EmuQueuePair(std::shared_ptr<EmuQp> qp) : lease_(qp->nic, false, qp->qpn >> 8), qp_(std::move(qp)) {}
   ~EmuQueuePair() override {
     Nic& nic = *qp_->nic;
-    std::lock_guard<std::mutex> g(nic.qp_mu);
-    nic.qps.erase(qp_->qpn);
-    nic.qp_generation.fetch_add(1, std::memory_order_acq_rel);
+    {
+      std::lock_guard<std::mutex> g(nic.qp_mu);
+      nic.qps.erase(qp_->qpn);
+      nic.qp_generation.fetch_add(1, std::memory_order_acq_rel);
+    }
+    // Flush what was announced, wait out the engine and peers: after this no
+    // byte moves on the QP's behalf.
+    nic.quiesce_qp(*qp_);
   }
   uint32_t qpn() const override { return qp_->qpn; }
   QpState state() const override { return qp_->state.load(std::memory_order_acquire); }
@@ -202,8 +225,17 @@ class EmuQueuePair final : public QueuePair {
   void reset() override {
     std::lock_guard<std::mutex> g(qp_->ctl_mu);
     check_alive("reset");
-    // Through ERROR, so WQEs the NIC has yet to see are flushed, not executed.
+    // Through ERROR, so nothing announced is executed any more; then the
+    // engine forgets the QP's progress (outstanding WQEs are discarded, as a
+    // modify to RESET does) and the rings start over, empty.
     qp_->state.store(QpState::Error, std::memory_order_release);
+    qp_->nic->reset_qp(*qp_, [this] { init_rings(*qp_); });
+    {
+      std::lock_guard<std::mutex> e(qp_->err_mu);
+      qp_->last_error.clear();
+    }
+    qp_->remote_node = 0;
+    qp_->remote_qpn = 0;
     qp_->state.store(QpState::Reset, std::memory_order_release);
   }
   dev::QpHandle handle() const override {
@@ -417,11 +449,7 @@ class EmuPd final : public ProtectionDomain {
     qp->dbrec = reinterpret_cast<uint32_t*>(dbb);
     qp->cq_dbrec = reinterpret_cast<uint32_t*>(dbb + 8);
     qp->db = reinterpret_cast<uint64_t*>(dbb + 16);
-    // CQEs start invalid with owner 1, so the first lap (owner 0) is recognised.
-    std::vector<uint8_t> init(cq_bytes, 0);
-    for (size_t i = 0; i < n; ++i) init[i * mlx5::kCqeSize + 63] = mlx5::kCqeInitOpOwn;
-    if (gpu) cuda::copy(qp->cqes, init.data(), cq_bytes);
-    else std::memcpy(qp->cqes, init.data(), cq_bytes);
+    init_rings(*qp);
     {
       std::lock_guard<std::mutex> g(nic_->qp_mu);
       if (!nic_->qp_ids.take(&qp->qpn))
@@ -457,7 +485,14 @@ class EmuDevice final : public Device {
     }
   }
   ~EmuDevice() override {
+    nic_->closed.store(true, std::memory_order_release);  // control calls racing the teardown throw BadState
     fabric().detach(nic_->node);  // peers now see this NIC as gone
+    std::vector<std::shared_ptr<EmuQp>> qps;
+    {
+      std::lock_guard<std::mutex> g(nic_->qp_mu);
+      for (auto& [n, qp] : nic_->qps) qps.push_back(qp);
+    }
+    for (auto& qp : qps) nic_->quiesce_qp(*qp);  // QPs still alive: flushed, nothing moves after this
     nic_->stop.store(true, std::memory_order_release);
     if (nic_->engine.joinable()) nic_->engine.join();
   }

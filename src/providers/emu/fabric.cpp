@@ -5,16 +5,20 @@
 #include <map>
 #include <mutex>
 
-#include "core/cuda_shim.hpp"
 #include "providers/emu/emu.hpp"
+#include "providers/emu/prm.hpp"
+#include "providers/emu/safe_copy.hpp"
 
 namespace kinet::emu {
 namespace {
+using namespace prm;
 
-void move_bytes(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n) {
-  if (n == 0) return;
-  if (dk == MemoryKind::Host && sk == MemoryKind::Host) std::memcpy(dst, src, n);
-  else cuda::copy(dst, src, n);
+// A failed copy as the requester's error CQE: the requester's memory is the
+// local side (local protection, or local access for CUDA), the responder's
+// the remote side (remote access, or remote operation for CUDA).
+Fault copy_fault(const CopyResult& r, bool local_side) {
+  if (local_side) return {r.cuda ? kSynLocalAccess : kSynLocalProt, "local memory: " + r.why};
+  return {r.cuda ? kSynRemoteOp : kSynRemoteAccess, "remote memory: " + r.why};
 }
 
 class InProcessFabric final : public Fabric {
@@ -48,55 +52,50 @@ class InProcessFabric final : public Fabric {
   Fault execute(uint64_t from_node, uint32_t from_qpn, uint64_t node, uint32_t qpn, const RemoteOp& op) override {
     std::shared_ptr<Nic> rnic = find(node);
     std::shared_ptr<EmuQp> peer = rnic ? rnic->find_qp(qpn) : nullptr;
-    if (!peer)
-      return {mlx5::kSynTransportRetryExc, "peer QP " + hex(qpn) + " does not answer (destroyed, or its device closed)"};
+    const std::string gone = "peer QP " + hex(qpn) + " does not answer (destroyed, or its device closed)";
+    if (!peer) return {kSynTransportRetry, gone};
+    // Held while the responder side runs: ~QueuePair of the peer waits for it.
+    std::shared_lock<std::shared_mutex> busy(peer->responder_mu);
+    if (peer->destroyed.load(std::memory_order_acquire)) return {kSynTransportRetry, gone};
     const QpState ps = peer->state.load(std::memory_order_acquire);
     if (ps != QpState::Rtr && ps != QpState::Rts)
-      return {mlx5::kSynTransportRetryExc, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " is in state " +
+      return {kSynTransportRetry, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " is in state " +
                                                qp_state_name(ps) + " and does not answer"};
     if (peer->remote_node != from_node || peer->remote_qpn != from_qpn)
-      return {mlx5::kSynTransportRetryExc, "peer QP " + hex(peer->qpn) + " is connected to another QP"};
+      return {kSynTransportRetry, "peer QP " + hex(peer->qpn) + " is connected to another QP"};
     MrEntry mr;
     if (!rnic->lookup_mr(op.rkey, &mr))
-      return {mlx5::kSynRemoteAccess, "rkey " + hex(op.rkey) + " is not registered on " + rnic->name};
+      return {kSynRemoteAccess, "rkey " + hex(op.rkey) + " is not registered on " + rnic->name};
     if (mr.pd != peer->pd)
-      return {mlx5::kSynRemoteAccess, "rkey " + hex(op.rkey) + " belongs to another protection domain on " + rnic->name};
+      return {kSynRemoteAccess, "rkey " + hex(op.rkey) + " belongs to another protection domain on " + rnic->name};
     if (op.raddr < mr.addr || op.raddr + op.len > mr.addr + mr.len || op.raddr + op.len < op.raddr)
-      return {mlx5::kSynRemoteAccess, "remote range [" + hex(op.raddr) + ", +" + std::to_string(op.len) +
+      return {kSynRemoteAccess, "remote range [" + hex(op.raddr) + ", +" + std::to_string(op.len) +
                                           ") is outside rkey " + hex(op.rkey) + "'s region [" + hex(mr.addr) + ", +" +
                                           std::to_string(mr.len) + ") on " + rnic->name};
     const bool atomic = op.kind == RemoteOp::FetchAdd || op.kind == RemoteOp::CompareSwap;
     const uint32_t need = op.kind == RemoteOp::Write ? kRemoteWrite : op.kind == RemoteOp::Read ? kRemoteRead : kRemoteAtomic;
     const char* what = need == kRemoteWrite ? "remote write" : need == kRemoteRead ? "remote read" : "remote atomic";
     if (!(mr.access & need))
-      return {mlx5::kSynRemoteAccess, "rkey " + hex(op.rkey) + " on " + rnic->name + " was registered without " + what};
+      return {kSynRemoteAccess, "rkey " + hex(op.rkey) + " on " + rnic->name + " was registered without " + what};
     if (!(peer->remote_access & need))
-      return {mlx5::kSynRemoteAccess, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " does not accept " + what};
+      return {kSynRemoteAccess, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " does not accept " + what};
     if (atomic && (op.raddr & 7))
-      return {mlx5::kSynRemoteInvalReq, "atomic target " + hex(op.raddr) + " is not 8-byte aligned"};
+      return {kSynRemoteInvalReq, "atomic target " + hex(op.raddr) + " is not 8-byte aligned"};
 
     uint8_t* target = reinterpret_cast<uint8_t*>(op.raddr);
     switch (op.kind) {
-      case RemoteOp::Write: move_bytes(target, mr.kind, op.src, op.src_kind, op.len); break;
-      case RemoteOp::Read: move_bytes(op.dst, op.dst_kind, target, mr.kind, op.len); break;
-      default: {  // 8 bytes in host byte order at the target (mlx5's host-endianness atomic mode)
-        uint64_t old;
-        if (mr.kind == MemoryKind::Host) {
-          std::atomic_ref<uint64_t> a(*reinterpret_cast<uint64_t*>(target));
-          if (op.kind == RemoteOp::FetchAdd) {
-            old = a.fetch_add(op.operand, std::memory_order_seq_cst);
-          } else {
-            old = op.compare;
-            a.compare_exchange_strong(old, op.operand, std::memory_order_seq_cst);
-          }
-        } else {  // GPU memory: atomic among NIC atomics of this NIC, not with GPU threads
-          std::lock_guard<std::mutex> g(rnic->gpu_atomic_mu);
-          cuda::copy(&old, target, 8);
-          const uint64_t nv = op.kind == RemoteOp::FetchAdd ? old + op.operand : (old == op.compare ? op.operand : old);
-          if (nv != old) cuda::copy(target, &nv, 8);
-        }
-        *op.old_value = old;
-      }
+      case RemoteOp::Write:
+        if (CopyResult r = safe_copy(target, mr.kind, op.src, op.src_kind, op.len))
+          return copy_fault(r, r.side == CopyResult::Src);
+        break;
+      case RemoteOp::Read:
+        if (CopyResult r = safe_copy(op.dst, op.dst_kind, target, mr.kind, op.len))
+          return copy_fault(r, r.side == CopyResult::Dst);
+        break;
+      default:  // 8 bytes in host byte order at the target (mlx5's host-endianness atomic mode)
+        if (CopyResult r = safe_atomic(reinterpret_cast<uint64_t*>(target), mr.kind, op.kind == RemoteOp::FetchAdd,
+                                       op.operand, op.compare, op.old_value))
+          return copy_fault(r, false);
     }
     return {};
   }
@@ -119,13 +118,15 @@ class InProcessFabric final : public Fabric {
 };
 }  // namespace
 
+// Both immortal: devices held in globals are destroyed at exit(), after
+// function-local statics would be.
 std::shared_mutex& memory_guard() {
-  static std::shared_mutex m;
-  return m;
+  static auto* m = new std::shared_mutex;
+  return *m;
 }
 
 Fabric& fabric() {
-  static InProcessFabric f;
-  return f;
+  static auto* f = new InProcessFabric;
+  return *f;
 }
 }  // namespace kinet::emu

@@ -1,0 +1,175 @@
+#include "providers/emu/safe_copy.hpp"
+
+#include <setjmp.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "core/cuda_shim.hpp"
+#include "core/log.hpp"
+
+namespace kinet::emu {
+namespace {
+
+constexpr size_t kBounce = 1u << 20;
+
+// ---- fault-tolerant memcpy ----
+// A memcpy that a SIGSEGV/SIGBUS ends early instead of killing the process:
+// the handler, installed once, jumps back out of the copy when the faulting
+// thread is inside one; any other fault goes to the handler that was there
+// before (or the default action). process_vm_writev on our own pid would do
+// the same without a handler but costs a syscall per copy: measured 8 us per
+// 64-byte copy on the 2-core CI VM (plain memcpy 0.02 us, this guarded one
+// 0.027 us), and kinet-perf write_bw at 64 B fell from 1.25 to 0.024 Mpps.
+// volatile + signal fences: the stores around memcpy must not be merged or
+// moved across it (the compiler sees no reader but the handler).
+__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* volatile tl_jump = nullptr;
+struct sigaction g_prev_segv, g_prev_bus;
+
+void on_fault(int sig, siginfo_t* si, void* uc) {
+  if (sigjmp_buf* j = tl_jump) {
+    tl_jump = nullptr;
+    siglongjmp(*j, 1);
+  }
+  const struct sigaction& prev = sig == SIGBUS ? g_prev_bus : g_prev_segv;
+  if (prev.sa_flags & SA_SIGINFO) {
+    prev.sa_sigaction(sig, si, uc);
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+  } else {
+    signal(sig, SIG_DFL);  // returning re-runs the faulting access: the default action (core dump)
+  }
+}
+
+bool install_handler() {
+  static const bool ok = [] {
+    struct sigaction sa{};
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;  // NODEFER: the mask needs no restoring after the jump
+    sigemptyset(&sa.sa_mask);
+    const bool done = sigaction(SIGSEGV, &sa, &g_prev_segv) == 0 && sigaction(SIGBUS, &sa, &g_prev_bus) == 0;
+    if (!done)
+      KINET_LOG(Warn, "emu: cannot install the fault handler (%s): a region unmapped after registration will "
+                      "crash the process", std::strerror(errno));
+    return done;
+  }();
+  return ok;
+}
+
+// False if the copy faulted (then an unknown prefix of dst was written).
+bool guarded_memcpy(void* dst, const void* src, size_t n) {
+  if (!install_handler()) {
+    std::memcpy(dst, src, n);
+    return true;
+  }
+  sigjmp_buf j;
+  if (sigsetjmp(j, 0) != 0) return false;  // tl_jump was cleared by the handler
+  tl_jump = &j;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(dst, src, n);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tl_jump = nullptr;
+  return true;
+}
+
+// Whether every byte of [p, +n) can be read (probes in bounce-sized pieces).
+bool readable(const void* p, size_t n) {
+  static thread_local std::vector<uint8_t> probe(kBounce);
+  for (size_t off = 0; off < n; off += kBounce) {
+    const size_t k = n - off < kBounce ? n - off : kBounce;
+    if (!guarded_memcpy(probe.data(), static_cast<const uint8_t*>(p) + off, k)) return false;
+  }
+  return true;
+}
+
+std::string range(const void* p, size_t n) {
+  char b[64];
+  std::snprintf(b, sizeof b, "[%p, +%zu)", p, n);
+  return b;
+}
+
+CopyResult host_fault(void* dst, const void* src, size_t n) {
+  CopyResult r;
+  if (!readable(src, n)) {
+    r.side = CopyResult::Src;
+    r.why = "source " + range(src, n) + " is not mapped (unmapped after registration?)";
+  } else {
+    r.side = CopyResult::Dst;
+    r.why = "destination " + range(dst, n) + " is not mapped or not writable (unmapped after registration?)";
+  }
+  return r;
+}
+
+CopyResult cuda_fault(bool src_is_gpu, const char* what) {
+  CopyResult r;
+  r.side = src_is_gpu ? CopyResult::Src : CopyResult::Dst;
+  r.cuda = true;
+  r.why = std::string("CUDA copy failed: ") + what;
+  return r;
+}
+
+std::mutex& atomic_mu() {
+  static auto* m = new std::mutex;  // immortal: NIC threads may run at exit()
+  return *m;
+}
+}  // namespace
+
+CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n) {
+  if (n == 0) return {};
+  if (dk == MemoryKind::Host && sk == MemoryKind::Host) {
+    if (guarded_memcpy(dst, src, n)) return {};
+    return host_fault(dst, src, n);
+  }
+  // A GPU on one side or both. A host side goes through a bounce buffer with
+  // the fault-tolerant copy, so CUDA never touches unmapped host memory.
+  static thread_local std::vector<uint8_t> bounce(kBounce);
+  try {
+    if (dk == MemoryKind::Gpu && sk == MemoryKind::Gpu) {
+      cuda::copy(dst, src, n);
+      return {};
+    }
+    for (size_t off = 0; off < n; off += kBounce) {
+      const size_t k = n - off < kBounce ? n - off : kBounce;
+      uint8_t* d = static_cast<uint8_t*>(dst) + off;
+      const uint8_t* s = static_cast<const uint8_t*>(src) + off;
+      if (sk == MemoryKind::Host) {
+        if (CopyResult r = safe_copy(bounce.data(), MemoryKind::Host, s, MemoryKind::Host, k)) return r;
+        try {
+          cuda::copy(d, bounce.data(), k);
+        } catch (const std::exception& e) {
+          return cuda_fault(false, e.what());
+        }
+      } else {
+        try {
+          cuda::copy(bounce.data(), s, k);
+        } catch (const std::exception& e) {
+          return cuda_fault(true, e.what());
+        }
+        if (CopyResult r = safe_copy(d, MemoryKind::Host, bounce.data(), MemoryKind::Host, k)) {
+          r.side = CopyResult::Dst;
+          return r;
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    return cuda_fault(dk == MemoryKind::Host, e.what());
+  }
+  return {};
+}
+
+CopyResult safe_atomic(uint64_t* target, MemoryKind kind, bool fetch_add, uint64_t operand, uint64_t compare,
+                       uint64_t* old) {
+  std::lock_guard<std::mutex> g(atomic_mu());
+  uint64_t v = 0;
+  if (CopyResult r = safe_copy(&v, MemoryKind::Host, target, kind, 8)) return r;
+  const uint64_t nv = fetch_add ? v + operand : (v == compare ? operand : v);
+  if (nv != v)
+    if (CopyResult r = safe_copy(target, kind, &nv, MemoryKind::Host, 8)) return r;
+  *old = v;
+  return {};
+}
+}  // namespace kinet::emu

@@ -1,0 +1,36 @@
+// kinet emu — data movement that survives bad user memory. Hardware pins the
+// pages of a registration; the emulator cannot, so a region unmapped after
+// reg_mr must turn into an error CQE, never a SIGSEGV on the engine thread.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kinet/kinet.hpp"
+
+namespace kinet::emu {
+
+// Which side of a copy failed, and why ("" when it succeeded).
+struct CopyResult {
+  enum Side : uint8_t { None, Src, Dst } side = None;
+  bool cuda = false;  // a CUDA copy failed (else: host memory not mapped)
+  std::string why;
+  explicit operator bool() const { return side != None; }  // true = failed
+};
+
+// Copies n bytes. Host memory is copied with a memcpy that a SIGSEGV/SIGBUS
+// ends early (a process-wide handler, installed at the first copy, chains to
+// the previous one for every other fault; a handler the application installs
+// later replaces it, and then a bad region crashes again); GPU memory goes
+// through the CUDA shim, whose exceptions come back as {cuda, why}, with the
+// host side bounced through the guarded copy. Never throws.
+CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n);
+
+// Serialises every NIC atomic of this process (hardware atomics are atomic
+// among the NIC's atomics, not with CPU or GPU threads: IBV_ATOMIC_HCA) and
+// reads-modifies-writes the 8 bytes at `target` through safe_copy.
+// `old` receives the previous value (host byte order).
+CopyResult safe_atomic(uint64_t* target, MemoryKind kind, bool fetch_add, uint64_t operand, uint64_t compare,
+                       uint64_t* old);
+
+}  // namespace kinet::emu
