@@ -73,7 +73,10 @@ struct DeviceAttr {
 
 class MemoryRegion {
  public:
-  virtual ~MemoryRegion() = default;  // deregisters
+  // Deregisters. WQEs already executing against the region finish first; once
+  // the destructor returns no byte moves into or out of it, and its keys never
+  // match again (a stale key gets a protection / remote-access error).
+  virtual ~MemoryRegion() = default;
   virtual void* addr() const = 0;
   virtual size_t length() const = 0;
   virtual uint32_t access() const = 0;
@@ -130,6 +133,11 @@ struct QpConfig {
 // is gone.
 class QueuePair {
  public:
+  // Destroys the QP (as ibv_destroy_qp): it goes to ERROR, every WQE announced
+  // and not yet executed completes with a flush CQE, and once the destructor
+  // returns no byte moves on its behalf, on either side. Its rings are freed:
+  // stop every thread and kernel using handle() before destroying it (a
+  // concurrent wait() reads freed memory).
   virtual ~QueuePair() = default;
   virtual uint32_t qpn() const = 0;
   virtual QpState state() const = 0;

@@ -175,9 +175,12 @@ KINET_HD constexpr uint8_t cqe_sw_owner(uint32_t ci, uint32_t log_n) { return (c
 // (low 24 bits) at [0] and the arm word at [1].
 // Doorbell word: 8 bytes laid out as the first 8 bytes of a control segment,
 // with the new producer index (low 16 bits) in the WQE-index field and the QP
-// number, opcode and DS zero: BE(pi << 8) then BE(qpn << 8). The NIC takes
-// the producer index from the doorbell record; the word tells it which QP to
-// look at. (NVSHMEM's IBGDA path rings with the same layout.) Built from
+// number, opcode and DS zero: BE(pi << 8) then BE(qpn << 8). The word names
+// the QP and the index up to which WQEs are announced; that index must not run
+// ahead of the doorbell record, which the NIC reads to resume after a missed
+// doorbell (the software NIC executes only what a doorbell announced and
+// reports a word ahead of its record). NVSHMEM's IBGDA path rings with the
+// same layout. Built from
 // values in registers: the ringer never reads a WQE back from the ring.
 KINET_HD uint64_t doorbell_word(uint32_t producer_index, uint32_t qpn_be8) {
   const uint32_t idx_be = kinet::detail::bswap32((producer_index & 0xffffu) << 8);
