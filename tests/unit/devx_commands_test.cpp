@@ -24,7 +24,8 @@ namespace cmd = kinet::mlx5::cmd;
 namespace devx = kinet::emu::devx;
 using Bytes = std::vector<uint8_t>;
 
-constexpr int kIterations = 200;
+// Random parameter sets per command ($KINET_TEST_SCALE applies; sanitizer builds run fewer).
+const int kIterations = static_cast<int>(kinet::test::scaled(200, 20));
 // The single-bit flip check (2176 decodes of a 272-byte mailbox) runs on the
 // all-zero and all-maximum parameters and on every 10th random set.
 bool flip_check(int iteration) { return iteration < 2 || iteration % 10 == 2; }

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
-#include <vector>
 
 #include "kinet/kinet.hpp"
 
@@ -34,6 +33,7 @@ constexpr uint32_t kSmallBits = 0x80;               // every 16-byte mailbox
 constexpr uint32_t kQpcMailboxBits = 0x880;         // CREATE_QP / modify in, QUERY_QP out
 constexpr uint32_t kCreateCqInBits = 0x880;
 constexpr uint32_t kHcaCapOutBits = 0x80 + 0x8000;
+constexpr uint32_t kMaxInBits = 0x880;              // the largest request decoded here
 
 namespace hdr {
 constexpr Field opcode{"opcode", 0x00, 16};
@@ -189,6 +189,7 @@ Verdict reject(PrmStatus s, uint32_t syndrome, std::string why) { return Verdict
 // outside `known` (which lists every field the command may carry).
 Verdict frame(const char* name, cmd::Op op, std::span<const uint8_t> in, uint32_t in_bits, size_t out_len,
               uint32_t out_bits, std::initializer_list<Field> known, bool op_mod_is_field = false) {
+  static_assert(kQpcMailboxBits <= kMaxInBits && kCreateCqInBits <= kMaxInBits);
   if (in.size() * 8 != in_bits)
     return reject(PrmStatus::BadInputLen, 0, std::string(name) + ": input mailbox is " +
                                                  std::to_string(in.size()) + " bytes, the command's is " +
@@ -203,11 +204,11 @@ Verdict frame(const char* name, cmd::Op op, std::span<const uint8_t> in, uint32_
   if (!op_mod_is_field && get(in, hdr::op_mod) != 0)
     return reject(PrmStatus::BadParam, hdr::op_mod.bit,
                   std::string(name) + ": op_mod " + hex(get(in, hdr::op_mod)) + " is not defined (must be 0)");
-  std::vector<bool> covered(in_bits, false);
+  uint8_t covered[kMaxInBits / 8] = {};  // bit set: a known field holds this mailbox bit
   for (const Field& f : known)
-    for (uint32_t i = 0; i < f.width; ++i) covered[f.bit + i] = true;
+    for (uint32_t b = f.bit; b < f.bit + f.width; ++b) covered[b / 8] |= static_cast<uint8_t>(0x80u >> (b % 8));
   for (uint32_t b = 0; b < in_bits; ++b)
-    if (!covered[b] && ((in[b / 8] >> (7 - b % 8)) & 1u))
+    if ((in[b / 8] & ~covered[b / 8] & (0x80u >> (b % 8))) != 0)
       return reject(PrmStatus::BadParam, b, std::string(name) + ": bit " + hex(b) + " (dword " +
                                                 std::to_string(b / 32) + ") is set, but it is reserved "
                                                 "or a feature the software NIC does not implement");
