@@ -54,6 +54,10 @@ class Devx {
   // `name` (e.g. "mlx5_0") prefixes every error. ctx stays owned by the caller
   // and must outlive this object and every Object, Umem and Uar it returns.
   Devx(ibv_context* ctx, std::string name, const DevxOps& ops);
+  // Objects, Umems and Uars point back at their Devx: it must outlive them and
+  // stays where it is.
+  Devx(const Devx&) = delete;
+  Devx& operator=(const Devx&) = delete;
 
   // A created CQ or QP; destroyed (mlx5dv_devx_obj_destroy) when dropped. A
   // failed destroy is logged, not thrown.
