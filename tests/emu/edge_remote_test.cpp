@@ -259,5 +259,27 @@ TEST_P(RemoteKey, RegionOfAnotherProtectionDomain) {
 INSTANTIATE_TEST_SUITE_P(Edge, RemoteKey, ::testing::ValuesIn(kAllOps),
                          [](const auto& i) { return std::string(op_name(i.param)); });
 
+// Deregistered between publishing and the doorbell: once ~MemoryRegion
+// returned, the NIC must refuse the key (a deterministic twin of
+// EmuFault.DeregisterTargetWhileWritesInFlight).
+TEST(RemoteKey, DeregisteredAfterPublishBeforeTheDoorbell) {
+  KINET_TEST_RNG(rng);
+  Rig r;
+  const Guarded& L = r.a(4096);
+  Guarded& T = r.b(4096);
+  const uint32_t key = T.key();
+  OpSpec s;
+  s.op = Op::Write, s.local = {&L, 0}, s.remote = {&T, 64}, s.n = kN;
+  OpCase c = make_case(r, s);
+  c.post = [&](const QpHandle& h, Ticket* t) {
+    const Status st = dev::put<dev::Sharing::Exclusive>(h, L.p(), L.lkey(), T.addr() + 64, T.rkey(), kN,
+                                                        dev::kSignal | dev::kNoDoorbell, t);
+    T.mr.reset();  // the NIC has not seen the WQE yet; the next doorbell announces it
+    return st;
+  };
+  c.fail(Status::RemoteAccess, 0, {key});
+  r.run(rng, c.post, c.effect, c.want);
+}
+
 }  // namespace
 }  // namespace kinet::test::edge
