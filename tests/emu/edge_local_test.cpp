@@ -288,5 +288,26 @@ TEST_P(MaxMsg, OneByteMoreInOneWqe) {
 INSTANTIATE_TEST_SUITE_P(Edge, MaxMsg, ::testing::Values(Op::Write, Op::Read),
                          [](const auto& i) { return std::string(op_name(i.param)); });
 
+// ---- reg_mr's access check at its edge: remote write and remote atomic each
+// need local write (as ibv_reg_mr), remote read alone does not.
+TEST(RegMrAccess, RemoteWriteOrAtomicNeedsLocalWrite) {
+  auto d = Device::open("emu");
+  auto pd = d->alloc_pd();
+  Buffer buf = alloc_buffer(4096);
+  for (uint32_t right : {uint32_t(kRemoteWrite), uint32_t(kRemoteAtomic), uint32_t(kRemoteWrite | kRemoteAtomic)}) {
+    SCOPED_TRACE("access " + std::to_string(right));
+    try {
+      pd->reg_mr(buf.get(), 4096, right | kRemoteRead);
+      ADD_FAILURE() << "registered without local write";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("local write"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(pd->reg_mr(buf.get(), 4096, right | kLocalWrite)->access(), right | kLocalWrite);
+  }
+  EXPECT_EQ(pd->reg_mr(buf.get(), 4096, kRemoteRead)->access(), uint32_t(kRemoteRead));
+  EXPECT_EQ(pd->reg_mr(buf.get(), 4096, 0)->access(), 0u);
+}
+
 }  // namespace
 }  // namespace kinet::test::edge
