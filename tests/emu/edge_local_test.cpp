@@ -54,11 +54,16 @@ uint32_t result_wqe(Op op) { return op == Op::PutSignal ? 1 : 0; }
 enum class Edge { EndsAtLastByte, OnePastEnd, StartsAtFirstByte, OneBeforeStart, ZeroLengthAtEnd };
 const char* edge_name(Edge e) {
   switch (e) {
-    case Edge::EndsAtLastByte: return "EndsAtLastByte";
-    case Edge::OnePastEnd: return "OnePastEnd";
-    case Edge::StartsAtFirstByte: return "StartsAtFirstByte";
-    case Edge::OneBeforeStart: return "OneBeforeStart";
-    case Edge::ZeroLengthAtEnd: return "ZeroLengthAtEnd";
+    case Edge::EndsAtLastByte:
+      return "EndsAtLastByte";
+    case Edge::OnePastEnd:
+      return "OnePastEnd";
+    case Edge::StartsAtFirstByte:
+      return "StartsAtFirstByte";
+    case Edge::OneBeforeStart:
+      return "OneBeforeStart";
+    case Edge::ZeroLengthAtEnd:
+      return "ZeroLengthAtEnd";
   }
   return "?";
 }
@@ -76,11 +81,21 @@ TEST_P(LocalRange, ExactEdge) {
   int64_t loff = 0;
   bool ok = true;
   switch (edge) {
-    case Edge::EndsAtLastByte: loff = kLen - n; break;
-    case Edge::OnePastEnd: loff = kLen - n + 1, ok = false; break;
-    case Edge::StartsAtFirstByte: loff = 0; break;
-    case Edge::OneBeforeStart: loff = -1, ok = false; break;
-    case Edge::ZeroLengthAtEnd: loff = kLen, n = 0; break;
+    case Edge::EndsAtLastByte:
+      loff = kLen - n;
+      break;
+    case Edge::OnePastEnd:
+      loff = kLen - n + 1, ok = false;
+      break;
+    case Edge::StartsAtFirstByte:
+      loff = 0;
+      break;
+    case Edge::OneBeforeStart:
+      loff = -1, ok = false;
+      break;
+    case Edge::ZeroLengthAtEnd:
+      loff = kLen, n = 0;
+      break;
   }
   OpCase c = data_case(r, op, L, loff, n);
   if (op == Op::PutSignal && n == 0) c.want.byte_count = 8;  // the CQE is the atomic's
@@ -88,15 +103,14 @@ TEST_P(LocalRange, ExactEdge) {
   r.run(rng, c.post, c.effect, c.want);
 }
 
-// PutSignal_OnePastEnd / _OneBeforeStart: expected to pass after test()/wait() report the failing chunk's own status (verbs).
-INSTANTIATE_TEST_SUITE_P(Edge, LocalRange,
-                         ::testing::Combine(::testing::ValuesIn(kDataOps),
-                                            ::testing::Values(Edge::EndsAtLastByte, Edge::OnePastEnd,
-                                                              Edge::StartsAtFirstByte, Edge::OneBeforeStart,
-                                                              Edge::ZeroLengthAtEnd)),
-                         [](const auto& i) {
-                           return std::string(op_name(std::get<0>(i.param))) + "_" + edge_name(std::get<1>(i.param));
-                         });
+// PutSignal_OnePastEnd / _OneBeforeStart: expected to pass after test()/wait() report the failing chunk's own status
+// (verbs).
+INSTANTIATE_TEST_SUITE_P(
+    Edge, LocalRange,
+    ::testing::Combine(::testing::ValuesIn(kDataOps),
+                       ::testing::Values(Edge::EndsAtLastByte, Edge::OnePastEnd, Edge::StartsAtFirstByte,
+                                         Edge::OneBeforeStart, Edge::ZeroLengthAtEnd)),
+    [](const auto& i) { return std::string(op_name(std::get<0>(i.param))) + "_" + edge_name(std::get<1>(i.param)); });
 
 // ---- an atomic's result buffer: fetch-add, compare-swap, put_signal's scratch
 

@@ -40,11 +40,16 @@ OpCase data_case(Rig& r, Op op, const Guarded& R, int64_t roff, uint32_t n, uint
 enum class Edge { EndsAtLastByte, OnePastEnd, StartsAtFirstByte, OneBeforeStart, ZeroLengthAtEnd };
 const char* edge_name(Edge e) {
   switch (e) {
-    case Edge::EndsAtLastByte: return "EndsAtLastByte";
-    case Edge::OnePastEnd: return "OnePastEnd";
-    case Edge::StartsAtFirstByte: return "StartsAtFirstByte";
-    case Edge::OneBeforeStart: return "OneBeforeStart";
-    case Edge::ZeroLengthAtEnd: return "ZeroLengthAtEnd";
+    case Edge::EndsAtLastByte:
+      return "EndsAtLastByte";
+    case Edge::OnePastEnd:
+      return "OnePastEnd";
+    case Edge::StartsAtFirstByte:
+      return "StartsAtFirstByte";
+    case Edge::OneBeforeStart:
+      return "OneBeforeStart";
+    case Edge::ZeroLengthAtEnd:
+      return "ZeroLengthAtEnd";
   }
   return "?";
 }
@@ -60,11 +65,21 @@ TEST_P(RemoteRange, ExactEdge) {
   int64_t roff = 0;
   bool ok = true;
   switch (edge) {
-    case Edge::EndsAtLastByte: roff = kLen - n; break;
-    case Edge::OnePastEnd: roff = kLen - n + 1, ok = false; break;
-    case Edge::StartsAtFirstByte: roff = 0; break;
-    case Edge::OneBeforeStart: roff = -1, ok = false; break;
-    case Edge::ZeroLengthAtEnd: roff = kLen, n = 0; break;
+    case Edge::EndsAtLastByte:
+      roff = kLen - n;
+      break;
+    case Edge::OnePastEnd:
+      roff = kLen - n + 1, ok = false;
+      break;
+    case Edge::StartsAtFirstByte:
+      roff = 0;
+      break;
+    case Edge::OneBeforeStart:
+      roff = -1, ok = false;
+      break;
+    case Edge::ZeroLengthAtEnd:
+      roff = kLen, n = 0;
+      break;
   }
   OpCase c = data_case(r, op, R, roff, n);
   if (op == Op::PutSignal && n == 0) c.want.byte_count = 8;  // the CQE is the atomic's
@@ -72,15 +87,14 @@ TEST_P(RemoteRange, ExactEdge) {
   r.run(rng, c.post, c.effect, c.want);
 }
 
-// PutSignal_OnePastEnd / _OneBeforeStart: expected to pass after test()/wait() report the failing chunk's own status (verbs).
-INSTANTIATE_TEST_SUITE_P(Edge, RemoteRange,
-                         ::testing::Combine(::testing::ValuesIn(kDataOps),
-                                            ::testing::Values(Edge::EndsAtLastByte, Edge::OnePastEnd,
-                                                              Edge::StartsAtFirstByte, Edge::OneBeforeStart,
-                                                              Edge::ZeroLengthAtEnd)),
-                         [](const auto& i) {
-                           return std::string(op_name(std::get<0>(i.param))) + "_" + edge_name(std::get<1>(i.param));
-                         });
+// PutSignal_OnePastEnd / _OneBeforeStart: expected to pass after test()/wait() report the failing chunk's own status
+// (verbs).
+INSTANTIATE_TEST_SUITE_P(
+    Edge, RemoteRange,
+    ::testing::Combine(::testing::ValuesIn(kDataOps),
+                       ::testing::Values(Edge::EndsAtLastByte, Edge::OnePastEnd, Edge::StartsAtFirstByte,
+                                         Edge::OneBeforeStart, Edge::ZeroLengthAtEnd)),
+    [](const auto& i) { return std::string(op_name(std::get<0>(i.param))) + "_" + edge_name(std::get<1>(i.param)); });
 
 // ---- atomics: fetch-add, compare-swap and put_signal's signal word
 
@@ -140,7 +154,7 @@ TEST_P(RemoteAtomic, OneByteBeforeTheStart) {
   const Guarded& T = r.b(4096, kAccessAll, kGuard + 1);  // odd start: the aligned word at -1 starts one byte before
   OpCase c = atomic_case(r, GetParam(), T, -1);
   c.fail(Status::RemoteAccess, atomic_wqe(GetParam()), {T.addr() - 1, T.key()});
-    r.run(rng, c.post, c.effect, c.want);
+  r.run(rng, c.post, c.effect, c.want);
 }
 
 TEST_P(RemoteAtomic, MisalignedByOneToSeven) {
@@ -171,9 +185,12 @@ uint32_t needed_right(Op op) {
   switch (op) {
     case Op::Write:
     case Op::Inline:
-    case Op::PutSignal: return kRemoteWrite;
-    case Op::Read: return kRemoteRead;
-    default: return kRemoteAtomic;
+    case Op::PutSignal:
+      return kRemoteWrite;
+    case Op::Read:
+      return kRemoteRead;
+    default:
+      return kRemoteAtomic;
   }
 }
 

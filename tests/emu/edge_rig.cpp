@@ -83,22 +83,25 @@ void Rig::run(std::mt19937_64& rng, const Post& post, const Effect& effect, cons
   ASSERT_EQ(post(h, &t), Status::Ok) << "posting itself must succeed: the NIC does the checks";
   ASSERT_EQ(t.idx, first + want.wqes) << "WQEs the operation posted";
   // Later WQEs: one that would change bytes if executed (a write, or where
-  // the target QP refuses writes a read, else a fetch-add), and a signalled NOP.
+  // the target QP refuses writes a read, else a fetch-add), and a signalled
+  // NOP. Fenced: a NIC may start a later WQE before an earlier read or atomic
+  // has completed, unless the fence bit says to wait for it (then it is
+  // flushed if that one fails).
   uint8_t* sa = at(img, *scratch_a_).data() + scratch_a_->lead;
   uint8_t* sb = at(img, *scratch_b_).data() + scratch_b_->lead;
   if (access_b_ & kRemoteWrite) {
-    ASSERT_EQ(dev::put<X>(h, scratch_a_->p(), scratch_a_->lkey(), scratch_b_->addr(), scratch_b_->rkey(), 64, 0,
-                          &later_put),
+    ASSERT_EQ(dev::put<X>(h, scratch_a_->p(), scratch_a_->lkey(), scratch_b_->addr(), scratch_b_->rkey(), 64,
+                          dev::kFence, &later_put),
               Status::Ok);
     if (!fails) std::memcpy(sb, sa, 64);
   } else if (access_b_ & kRemoteRead) {
-    ASSERT_EQ(dev::get<X>(h, scratch_a_->p(), scratch_a_->lkey(), scratch_b_->addr(), scratch_b_->rkey(), 64, 0,
-                          &later_put),
+    ASSERT_EQ(dev::get<X>(h, scratch_a_->p(), scratch_a_->lkey(), scratch_b_->addr(), scratch_b_->rkey(), 64,
+                          dev::kFence, &later_put),
               Status::Ok);
     if (!fails) std::memcpy(sa, sb, 64);
   } else {
     ASSERT_EQ(dev::fetch_add<X>(h, scratch_a_->u64(0), scratch_a_->lkey(), scratch_b_->addr(), scratch_b_->rkey(), 1,
-                                0, &later_put),
+                                dev::kFence, &later_put),
               Status::Ok);
     if (!fails) {
       uint64_t v;
@@ -157,24 +160,31 @@ void Rig::run(std::mt19937_64& rng, const Post& post, const Effect& effect, cons
       EXPECT_EQ(reinterpret_cast<const mlx5::ErrCqe*>(c)->syndrome, 0x05) << "WQE " << i << ": flushed";
       EXPECT_EQ(cqe_qpn(*c), qpn);
     }
-    for (uint64_t v : want.names) EXPECT_TRUE(names_hex(le, v)) << "last_error() = \"" << le << "\" names 0x" << std::hex << v;
+    for (uint64_t v : want.names)
+      EXPECT_TRUE(names_hex(le, v)) << "last_error() = \"" << le << "\" names 0x" << std::hex << v;
     for (const std::string& w : want.words)
       EXPECT_NE(lower(le).find(lower(w)), std::string::npos) << "last_error() = \"" << le << "\" says \"" << w << "\"";
   }
   for (size_t i = 0; i < regs_.size(); ++i)
-    EXPECT_TRUE(bytes_equal(regs_[i]->buf.get(), img[i].data(), regs_[i]->total(),
-                            "region " + std::to_string(i) + " (byte 0 is " + std::to_string(regs_[i]->lead) +
-                                " before its registration)"));
+    EXPECT_TRUE(bytes_equal(
+        regs_[i]->buf.get(), img[i].data(), regs_[i]->total(),
+        "region " + std::to_string(i) + " (byte 0 is " + std::to_string(regs_[i]->lead) + " before its registration)"));
 }
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::Write: return "Write";
-    case Op::Inline: return "Inline";
-    case Op::Read: return "Read";
-    case Op::FetchAdd: return "FetchAdd";
-    case Op::CompareSwap: return "CompareSwap";
-    case Op::PutSignal: return "PutSignal";
+    case Op::Write:
+      return "Write";
+    case Op::Inline:
+      return "Inline";
+    case Op::Read:
+      return "Read";
+    case Op::FetchAdd:
+      return "FetchAdd";
+    case Op::CompareSwap:
+      return "CompareSwap";
+    case Op::PutSignal:
+      return "PutSignal";
   }
   return "?";
 }
@@ -273,9 +283,9 @@ OpCase make_case(Rig& r, const OpSpec& s) {
       c.opcodes = {0x08, 0x12};
       c.want.byte_count = 8;
       c.post = [=](const QpHandle& h, Ticket* t) {
-        return dev::put_signal<dev::Sharing::Exclusive>(
-            h, s.local.g->p() + s.local.off, lkey(s.local), s.remote.addr(), rkey(s.remote), s.n, s.sig.addr(),
-            rkey(s.sig), kAdd, s.scratch.g->u64(s.scratch.off), lkey(s.scratch), f, t);
+        return dev::put_signal<dev::Sharing::Exclusive>(h, s.local.g->p() + s.local.off, lkey(s.local), s.remote.addr(),
+                                                        rkey(s.remote), s.n, s.sig.addr(), rkey(s.sig), kAdd,
+                                                        s.scratch.g->u64(s.scratch.off), lkey(s.scratch), f, t);
       };
       c.first_wqe = copy(s.remote, s.local, s.n);
       c.effect = [w = c.first_wqe, a = fadd(s.sig, s.scratch, kAdd)](Image& im) {
@@ -330,14 +340,23 @@ uint16_t cqe_wqe_counter(const mlx5::Cqe64& c) {
 // wire.hpp so a wrong constant there can't hide on both sides.
 uint8_t syndrome_of(Status s) {
   switch (s) {
-    case Status::LocalLength: return 0x01;
-    case Status::LocalQpOp: return 0x02;
-    case Status::LocalProtection: return 0x04;
-    case Status::WrFlushed: return 0x05;
-    case Status::RemoteInvalidRequest: return 0x12;
-    case Status::RemoteAccess: return 0x13;
-    case Status::TransportRetryExceeded: return 0x15;
-    default: ADD_FAILURE() << "no syndrome for " << s; return 0;
+    case Status::LocalLength:
+      return 0x01;
+    case Status::LocalQpOp:
+      return 0x02;
+    case Status::LocalProtection:
+      return 0x04;
+    case Status::WrFlushed:
+      return 0x05;
+    case Status::RemoteInvalidRequest:
+      return 0x12;
+    case Status::RemoteAccess:
+      return 0x13;
+    case Status::TransportRetryExceeded:
+      return 0x15;
+    default:
+      ADD_FAILURE() << "no syndrome for " << s;
+      return 0;
   }
 }
 

@@ -42,13 +42,13 @@ using Image = std::vector<std::vector<uint8_t>>;
 
 // What one operation must produce.
 struct Expect {
-  Status status = Status::Ok;  // of wait()/test() on the operation's ticket
-  uint32_t wqes = 1;           // WQEs the operation posts (put_signal: 2)
-  uint32_t fault_wqe = 0;      // error: which of them faults (0 = the first)
-  uint8_t fault_opcode = 0;    // error: send opcode of the faulting WQE
-  uint8_t last_opcode = 0;     // Ok: send opcode of the last WQE (whose CQE is read)
-  uint32_t byte_count = 0;     // Ok: byte count of the last WQE's CQE
-  std::vector<uint64_t> names; // error: values last_error() must name (keys, addresses, QPNs)
+  Status status = Status::Ok;      // of wait()/test() on the operation's ticket
+  uint32_t wqes = 1;               // WQEs the operation posts (put_signal: 2)
+  uint32_t fault_wqe = 0;          // error: which of them faults (0 = the first)
+  uint8_t fault_opcode = 0;        // error: send opcode of the faulting WQE
+  uint8_t last_opcode = 0;         // Ok: send opcode of the last WQE (whose CQE is read)
+  uint32_t byte_count = 0;         // Ok: byte count of the last WQE's CQE
+  std::vector<uint64_t> names;     // error: values last_error() must name (keys, addresses, QPNs)
   std::vector<std::string> words;  // error: and words it must contain (case-insensitive), e.g. "remote read"
 };
 
@@ -109,9 +109,9 @@ struct At {
 
 struct OpSpec {
   Op op = Op::Write;
-  At local;       // write / put_signal: source; read: destination; atomics: result (8 B); inline: the payload
-  At remote;      // the target of the data or of the atomic
-  uint32_t n = 0; // data bytes (write, inline, read, put_signal)
+  At local;         // write / put_signal: source; read: destination; atomics: result (8 B); inline: the payload
+  At remote;        // the target of the data or of the atomic
+  uint32_t n = 0;   // data bytes (write, inline, read, put_signal)
   At sig, scratch;  // put_signal: the remote signal word and the local result of its fetch-add
 };
 
