@@ -57,8 +57,16 @@ MUTANTS=(
   'src/providers/emu/emu_device.cpp ## s@if ((access & (kRemoteWrite | kRemoteAtomic)) && !(access & kLocalWrite))@if ((access \& kRemoteWrite) \&\& !(access \& kLocalWrite))@ ## remote atomic without local write accepted'
   'src/providers/emu/engine.cpp ## s@if (st != QpState::Rts) {@if (st != QpState::Rts \&\& st != QpState::Rtr) {@ ## doorbell accepted in RTR'
   'src/providers/emu/emu_device.cpp ## s@cfg\.signal_period > cfg\.sq_depth / 2@cfg.signal_period > cfg.sq_depth@ ## signal_period up to sq_depth accepted'
+  # not aimed at by the edge tests: overflow, flush, signalling, connection, decoder
+  'src/providers/emu/engine.cpp ## s@if (st == QpState::Error)  //@if (st == QpState::Error \&\& w.signaled)  //@ ## unsignalled WQEs of an ERROR QP run'
+  'src/providers/emu/engine.cpp ## s@if (w\.signaled) return write_cqe(@if (true) return write_cqe(@ ## a CQE for every WQE, signalled or not'
+  'src/providers/emu/engine.cpp ## s@ || s\.addr + s\.len < s\.addr)@)@ ## local range may wrap the address space'
+  'src/providers/emu/fabric.cpp ## s@ || op\.raddr + op\.len < op\.raddr)@)@ ## remote range may wrap the address space'
+  'src/providers/emu/fabric.cpp ## s@peer->remote_node != from_node || peer->remote_qpn != from_qpn@peer->remote_node != from_node@ ## responder answers a QP it is not connected to'
+  'src/providers/emu/decode.cpp ## s@if (d->ds == 0 || d->ds > 4)@if (d->ds == 0 || d->ds > 5)@ ## DS 5 accepted in a 64-byte block'
+  'src/providers/emu/decode.cpp ## s@if (d->inline_len > room)@if (d->inline_len > room + 16)@ ## inline length may overrun the WQE'
+  'src/providers/emu/engine.cpp ## s@if (is_atomic \&\& w\.sge\[0\]\.len != 8)@if (is_atomic \&\& w.sge[0].len > 8)@ ## atomic result buffer shorter than 8 B accepted'
 )
-
 # Sets f, e, d from one MUTANTS entry.
 split() { f=${1%% ## *}; local r=${1#* ## }; e=${r%% ## *}; d=${r#* ## }; }
 die() { echo "mutation-test: $*" >&2; exit 2; }
