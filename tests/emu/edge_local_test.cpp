@@ -302,6 +302,29 @@ TEST_P(MaxMsg, OneByteMoreInOneWqe) {
 INSTANTIATE_TEST_SUITE_P(Edge, MaxMsg, ::testing::Values(Op::Write, Op::Read),
                          [](const auto& i) { return std::string(op_name(i.param)); });
 
+// A local range whose end wraps past 2^64 to inside the region.
+TEST(LocalRangeWraps, TheAddressSpace) {
+  for (Op op : {Op::Write, Op::Read}) {
+    SCOPED_TRACE(op_name(op));
+    KINET_TEST_RNG(rng);
+    Rig r;
+    const Guarded& L = r.a(4096);
+    const Guarded& T = r.b(4096);
+    const uint64_t laddr = ~uint64_t{0} - 15;  // + 32 wraps to 16
+    OpSpec s;
+    s.op = op, s.local = {&L, 0}, s.remote = {&T, 0}, s.n = 32;
+    OpCase c = make_case(r, s);
+    c.post = [&, op, laddr](const QpHandle& h, Ticket* t) {
+      constexpr auto X = dev::Sharing::Exclusive;
+      void* p = reinterpret_cast<void*>(laddr);  // never dereferenced here: the NIC must refuse it
+      return op == Op::Write ? dev::put<X>(h, p, L.lkey(), T.addr(), T.rkey(), 32, dev::kSignal, t)
+                             : dev::get<X>(h, p, L.lkey(), T.addr(), T.rkey(), 32, dev::kSignal, t);
+    };
+    c.fail(Status::LocalProtection, 0, {laddr, L.key()});
+    r.run(rng, c.post, c.effect, c.want);
+  }
+}
+
 // ---- reg_mr's access check at its edge: remote write and remote atomic each
 // need local write (as ibv_reg_mr), remote read alone does not.
 TEST(RegMrAccess, RemoteWriteOrAtomicNeedsLocalWrite) {

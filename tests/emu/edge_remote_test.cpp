@@ -298,5 +298,54 @@ TEST(RemoteKey, DeregisteredAfterPublishBeforeTheDoorbell) {
   r.run(rng, c.post, c.effect, c.want);
 }
 
+// A remote range whose end wraps past 2^64 to inside the region: the end is
+// below the region's end only by wrapping.
+TEST(RemoteRangeWraps, TheAddressSpace) {
+  for (Op op : {Op::Write, Op::Read}) {
+    SCOPED_TRACE(op_name(op));
+    KINET_TEST_RNG(rng);
+    Rig r;
+    const Guarded& L = r.a(4096);
+    const Guarded& T = r.b(4096);
+    const uint64_t raddr = ~uint64_t{0} - 15;  // + 32 wraps to 16
+    OpSpec s;
+    s.op = op, s.local = {&L, 0}, s.remote = {&T, 0}, s.n = 32;
+    OpCase c = make_case(r, s);
+    c.post = [&, op, raddr](const QpHandle& h, Ticket* t) {
+      constexpr auto X = dev::Sharing::Exclusive;
+      return op == Op::Write ? dev::put<X>(h, L.p(), L.lkey(), raddr, T.rkey(), 32, dev::kSignal, t)
+                             : dev::get<X>(h, L.p(), L.lkey(), raddr, T.rkey(), 32, dev::kSignal, t);
+    };
+    c.fail(Status::RemoteAccess, 0, {raddr, T.key()});
+    r.run(rng, c.post, c.effect, c.want);
+  }
+}
+
+// A QP that the responder is not connected to: the responder drops its
+// requests (they come from a QP it does not know), the requester's retries
+// run out, and nothing is written.
+TEST(RemoteConnection, RequestsFromAnotherQpAreNotAnswered) {
+  KINET_TEST_RNG(rng);
+  Rig r;
+  auto stranger = r.p.pa->create_qp(test_qp_config(64, kTimeoutMs));
+  stranger->connect(r.p.qb->info());  // to qb, which is connected to qa
+  const Guarded& L = r.a(4096);
+  const Guarded& T = r.b(4096);
+  fill_random(rng, T.buf.get(), T.total());
+  fill_distinct(rng, L.p(), T.p(), 4096);
+  const std::vector<uint8_t> before(T.buf.get(), T.buf.get() + T.total());
+  const auto h = stranger->handle();
+  Ticket t, t2;
+  ASSERT_EQ(dev::put<dev::Sharing::Exclusive>(h, L.p(), L.lkey(), T.addr(), T.rkey(), 4096, dev::kSignal, &t),
+            Status::Ok);
+  ASSERT_EQ(dev::nop<dev::Sharing::Exclusive>(h, dev::kSignal, &t2), Status::Ok);
+  EXPECT_EQ(dev::wait<dev::Sharing::Exclusive>(h, t), Status::TransportRetryExceeded) << stranger->last_error();
+  EXPECT_EQ(dev::wait<dev::Sharing::Exclusive>(h, t2), Status::WrFlushed);
+  EXPECT_EQ(stranger->state(), QpState::Error);
+  EXPECT_EQ(r.p.qb->state(), QpState::Rts);
+  EXPECT_TRUE(names_hex(stranger->last_error(), r.p.qb->qpn())) << stranger->last_error();
+  EXPECT_TRUE(bytes_equal(T.buf.get(), before.data(), T.total(), "target of the stranger's put"));
+}
+
 }  // namespace
 }  // namespace kinet::test::edge

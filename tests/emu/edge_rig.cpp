@@ -124,6 +124,10 @@ void Rig::run(std::mt19937_64& rng, const Post& post, const Effect& effect, cons
   const std::string le = p.qa->last_error();
   if (!fails) {
     EXPECT_EQ(le, "");
+    // A WQE that succeeds without asking for a CQE gets none: the operation's
+    // earlier WQEs (put_signal's data) and the later put.
+    for (uint64_t i = first; i + 1 < t.idx; ++i) EXPECT_EQ(find_cqe(h, i), nullptr) << "CQE for unsignalled WQE " << i;
+    EXPECT_EQ(find_cqe(h, later_put.idx - 1), nullptr) << "CQE for the unsignalled later put";
     const uint64_t last = t.idx - 1;
     const mlx5::Cqe64* c = find_cqe(h, last);
     if (c == nullptr) {
