@@ -314,3 +314,84 @@ TEST_F(Loopback, RootRefusesDuplicateRankAndNranksMismatch) {
 }
 
 }  // namespace
+
+namespace {
+// Rank 1 of a 2-rank job played by hand, to present bad handshakes and bad
+// frames to a real rank 0.
+TEST_F(Loopback, PeerRefusesBadHandshakesAndOversizedFrames) {
+  namespace bs = kinet::bs;
+  setenv("KINET_BOOTSTRAP_MAX_FRAME", "1000", 1);
+  auto id = kinet::UniqueId::create();
+  std::string err0;
+  std::vector<uint8_t> first;
+  ::testing::internal::CaptureStderr();
+  std::thread t0([&] {
+    try {
+      auto b0 = kinet::Bootstrap::init(id, 0, 2, 5s);
+      first = b0->recv(1, 9);
+      b0->recv(1, 9);
+    } catch (const kinet::Error& e) {
+      err0 = std::string(kinet::error_code_name(e.code())) + ": " + e.what();
+    }
+  });
+  const auto d = bs::Clock::now() + 5s;
+  bs::SockAddr mine;
+  bs::Fd lfd = bs::listen_on(bs::pick_interface().addr, 0, &mine);
+  bs::WireAddr rw{};
+  rw.family = id.family;
+  rw.port = id.port;
+  std::memcpy(rw.addr, id.addr, sizeof rw.addr);
+  bs::Fd root = bs::connect_to(bs::from_wire(rw, "test"), d, "root");
+  bs::Hello h{};
+  h.magic = bs::Hello::kMagic;
+  h.version = bs::Hello::kVersion;
+  h.kind = static_cast<uint16_t>(bs::HelloKind::ToRoot);
+  h.rank = 1;
+  h.nranks = 2;
+  h.timeout_ms = 5000;
+  std::memcpy(h.secret, id.secret, sizeof h.secret);
+  h.addr = bs::to_wire(mine);
+  bs::write_all(root.get(), &h, sizeof h, d, "root");
+  bs::Hello reply{};
+  bs::WireAddr table[2];
+  ASSERT_TRUE(bs::read_all(root.get(), &reply, sizeof reply, d, "root"));
+  ASSERT_EQ(reply.status, 0u);
+  ASSERT_TRUE(bs::read_all(root.get(), table, sizeof table, d, "root"));
+  const bs::SockAddr rank0 = bs::from_wire(table[0], "table");
+
+  auto refused = [&](bs::Hello bad) {
+    bs::Fd fd = bs::connect_to(rank0, d, "rank 0");
+    bs::write_all(fd.get(), &bad, sizeof bad, d, "rank 0");
+    uint8_t b;
+    return !bs::read_all(fd.get(), &b, 1, d, "rank 0");  // closed by rank 0
+  };
+  h.kind = static_cast<uint16_t>(bs::HelloKind::ToPeer);
+  bs::Hello bad = h;
+  bad.secret[0] ^= 0x80;
+  EXPECT_TRUE(refused(bad));
+  bad = h;
+  bad.rank = 0;
+  EXPECT_TRUE(refused(bad));
+  bad = h;
+  bad.nranks = 3;
+  EXPECT_TRUE(refused(bad));
+
+  bs::Fd fd = bs::connect_to(rank0, d, "rank 0");
+  bs::write_all(fd.get(), &h, sizeof h, d, "rank 0");
+  std::vector<uint8_t> body(1000, 0x5a);  // exactly the limit: delivered
+  bs::FrameHeader fh{static_cast<uint16_t>(bs::FrameKind::User), 0, 9, body.size()};
+  bs::write_all(fd.get(), &fh, sizeof fh, d, "rank 0");
+  bs::write_all(fd.get(), body.data(), body.size(), d, "rank 0");
+  fh.len = 1001;  // one over: refused from the header
+  bs::write_all(fd.get(), &fh, sizeof fh, d, "rank 0");
+  t0.join();
+  std::string log = ::testing::internal::GetCapturedStderr();
+  unsetenv("KINET_BOOTSTRAP_MAX_FRAME");
+  EXPECT_EQ(first, body);
+  EXPECT_EQ(err0, "system error: bootstrap rank 0/2: waiting for tag 9 from rank 1: rank 1 (" + mine.str() +
+                      ") lost: frame of 1001 bytes exceeds the limit of 1000 bytes (KINET_BOOTSTRAP_MAX_FRAME)");
+  EXPECT_NE(log.find("(claims rank 1 of 2): wrong secret"), std::string::npos) << log;
+  EXPECT_NE(log.find("(claims rank 0 of 2): rank out of range"), std::string::npos) << log;
+  EXPECT_NE(log.find("(claims rank 1 of 3): nranks differs"), std::string::npos) << log;
+}
+}  // namespace
