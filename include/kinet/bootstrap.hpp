@@ -12,6 +12,7 @@
 //                               excludes the list. Unset: the first up,
 //                               non-loopback interface (IPv4 before IPv6),
 //                               loopback as the last resort.
+//   KINET_SOCKET_FAMILY         AF_INET or AF_INET6: only that family (unset: both)
 //   KINET_BOOTSTRAP_PORT        port of the root's listener (unset/0: ephemeral)
 //   KINET_BOOTSTRAP_TIMEOUT_MS  default bound of init and of each operation (30000)
 //   KINET_BOOTSTRAP_MAX_FRAME   largest blob a peer may send, bytes (1 GiB)

@@ -113,6 +113,12 @@ bool ifname_selected(const std::string& spec_in, const std::string& name) {
 
 Interface pick_interface() {
   const std::string spec = env::get_str("KINET_SOCKET_IFNAME", "");
+  const std::string fam_s = env::get_str("KINET_SOCKET_FAMILY", "");
+  int only_family = AF_UNSPEC;
+  if (fam_s == "AF_INET") only_family = AF_INET;
+  else if (fam_s == "AF_INET6") only_family = AF_INET6;
+  else if (!fam_s.empty())
+    throw Error(ErrorCode::InvalidArgument, "bootstrap: KINET_SOCKET_FAMILY=" + fam_s + " is not AF_INET or AF_INET6");
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) sys_fail("bootstrap: getifaddrs");
   std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> guard(list, freeifaddrs);
@@ -128,6 +134,7 @@ Interface pick_interface() {
     if (std::find(seen.begin(), seen.end(), i->ifa_name) == seen.end()) seen.emplace_back(i->ifa_name);
     bool loop = i->ifa_flags & IFF_LOOPBACK;
     if (!spec.empty() && !ifname_selected(spec, i->ifa_name)) continue;
+    if (only_family != AF_UNSPEC && fam != only_family) continue;
     int r;
     if (fam == AF_INET) {
       r = loop ? 3 : 0;
@@ -152,6 +159,7 @@ Interface pick_interface() {
     for (auto& s : seen) names += (names.empty() ? "" : ", ") + s;
     throw Error(ErrorCode::NotFound, "bootstrap: no up IPv4/IPv6 interface matches KINET_SOCKET_IFNAME=" +
                                          (spec.empty() ? std::string("<unset>") : spec) +
+                                         (fam_s.empty() ? "" : " and KINET_SOCKET_FAMILY=" + fam_s) +
                                          " (interfaces: " + (names.empty() ? "none" : names) + ")");
   }
   KINET_LOG(Debug, "bootstrap: interface %s, address %s", best.name.c_str(), best.addr.str().c_str());

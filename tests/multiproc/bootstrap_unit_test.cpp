@@ -395,3 +395,34 @@ TEST_F(Loopback, PeerRefusesBadHandshakesAndOversizedFrames) {
   EXPECT_NE(log.find("(claims rank 1 of 3): nranks differs"), std::string::npos) << log;
 }
 }  // namespace
+
+namespace {
+TEST_F(Loopback, Ipv6JobAndFamilyChecks) {
+  setenv("KINET_SOCKET_FAMILY", "AF_INET7", 1);
+  expect_error([] { kinet::bs::pick_interface(); }, ErrorCode::InvalidArgument, "KINET_SOCKET_FAMILY=AF_INET7 is not AF_INET or AF_INET6");
+  setenv("KINET_SOCKET_FAMILY", "AF_INET6", 1);
+  kinet::bs::Interface lo6;
+  try {
+    lo6 = kinet::bs::pick_interface();
+  } catch (const kinet::Error& e) {
+    unsetenv("KINET_SOCKET_FAMILY");
+    GTEST_SKIP() << "no IPv6 on lo: " << e.what();
+  }
+  EXPECT_EQ(lo6.addr.ss.ss_family, AF_INET6);
+  auto id = kinet::UniqueId::create();
+  EXPECT_EQ(id.family, AF_INET6);
+  EXPECT_EQ(id.address_string().rfind("[::1]:", 0), 0u) << id.address_string();
+  auto errs = run_threads(3, id, 10s, [&](kinet::Bootstrap& bs) {
+    int32_t mine = bs.rank() * 11;
+    auto all = bs.allgather(&mine, sizeof mine);
+    for (int j = 0; j < 3; ++j) {
+      int32_t v = -1;
+      ASSERT_EQ(all[j].size(), sizeof v);
+      std::memcpy(&v, all[j].data(), sizeof v);
+      EXPECT_EQ(v, j * 11);
+    }
+  });
+  unsetenv("KINET_SOCKET_FAMILY");
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errs[r], "") << "rank " << r;
+}
+}  // namespace
