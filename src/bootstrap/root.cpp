@@ -135,6 +135,14 @@ class RootService {
 struct Registry {
   std::mutex mu;
   std::vector<std::unique_ptr<RootService>> services;
+  const pid_t pid = ::getpid();
+  ~Registry() {
+    // A child forked without exec shares the services' descriptors but not
+    // their threads: stopping them there would stop the parent's root and
+    // join threads the child doesn't have. Leave them to the parent.
+    if (::getpid() != pid)
+      for (auto& s : services) (void)s.release();
+  }
 };
 Registry& registry() {
   static Registry r;

@@ -184,3 +184,29 @@ TEST_F(Loopback, HostileConnectionsToRootDoNotDisturbTheJob) {
 }
 
 }  // namespace
+
+namespace {
+// A child forked without exec that exits normally must leave the parent's
+// root alone (it shares the root's descriptors, not its thread).
+TEST_F(Loopback, ForkedChildExitingDoesNotStopTheRoot) {
+  auto id = kinet::UniqueId::create();
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) std::exit(0);  // runs static destructors, as a normal child would
+  int st = 0;
+  for (int i = 0; i < 500 && waitpid(child, &st, WNOHANG) == 0; ++i) usleep(10000);
+  if (waitpid(child, &st, WNOHANG) == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &st, 0);
+    FAIL() << "the forked child hung at exit";
+  }
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  std::vector<Proc> ps;
+  for (int r = 0; r < 2; ++r) ps.push_back(start_rank(id.to_string(), r, 2, 10000));
+  kinet::test::wait_all(ps, 20s);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(first_line(ps[r].out), "OK");
+  }
+}
+}  // namespace
