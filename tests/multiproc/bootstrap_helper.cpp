@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
   } catch (const kinet::Error& e) {
     std::printf("ERROR %s %s\n", kinet::error_code_name(e.code()), e.what());
     std::fflush(stdout);
+    // A survivor that exits closes its connections, and the others could see
+    // that loss before the victim's: hold on so each reports the victim.
+    if (scenario == "die_after_barrier") ::sleep(1);
     return 3;
   }
   std::fflush(stdout);
