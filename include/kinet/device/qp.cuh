@@ -81,7 +81,8 @@ struct SqState {
   uint64_t reserved;   // next index to hand out
   uint64_t ready;      // every WQE below this is written and published
   uint64_t rung;       // every WQE below this has been announced to the NIC
-  uint64_t signaled;   // 1 + index of the highest WQE that requests a CQE
+  uint64_t signaled;   // 1 + index of the highest published WQE that requests a CQE (prepare_* raises it
+                       // for kSignal, publish() for the WQEs that close a signal period)
   uint64_t completed;  // every WQE below this has completed (from CQEs)
   uint64_t error_wqe;  // ring index of the WQE of the first error CQE
   uint32_t cq_ci;      // CQEs consumed
@@ -162,11 +163,16 @@ template <Sharing S> KINET_HD void prepare_compare_swap(const QpHandle& q, uint6
                                                         Lkey lkey, uint64_t raddr, Rkey rkey, uint64_t compare,
                                                         uint64_t swap, uint32_t flags);
 
-// Many threads posting one WQE each to one QP serialise here: prefer one
-// cooperative post per warp or CTA (coop.cuh) to per-thread posts.
 // Marks [first, first+n) ready, in reservation order: waits (bounded) until
 // every earlier reservation is published. WQE stores are visible to whoever
 // rings the doorbell before the slots count as ready.
+// Shared QPs in kernels (sm_80+): the lanes of one warp that call reserve,
+// publish or ring_doorbell on the same QP at the same time are served as one
+// caller (one reservation atomic for the lanes asking the same n, slots in
+// lane order; one in-order publish when their ranges are adjacent; one
+// doorbell attempt; publish and ring_doorbell give them one status). Lanes
+// that arrive apart are served one by one, as host threads are. A cooperative post per warp or CTA
+// (coop.cuh) is still the cheapest way to post many WQEs.
 template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, uint32_t n);
 
 // Ensures every published WQE below `upto` has been announced to the NIC:
