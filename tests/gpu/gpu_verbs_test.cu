@@ -266,6 +266,22 @@ __global__ void k_lanes(const QpHandle* qs, int nq, const uint8_t* src, Lkey lk,
   out[tid] = static_cast<int>(s);
 }
 
+// One Exclusive QP per thread; all of a thread's chunks through one post_loop
+// call (doorbell every 4 ring indices), so a small ring wraps inside the call.
+__global__ void k_post_loop(const QpHandle* qs, const uint8_t* src, Lkey lk, uint64_t raddr, Rkey rk, int rounds,
+                            int* out) {
+  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const QpHandle& q = qs[tid];
+  Ticket t;
+  int c = 0;
+  Status s = post_loop(q, static_cast<uint64_t>(rounds), 4, kSignal, &t, [&](uint64_t idx, uint32_t f) {
+    const size_t off = (static_cast<size_t>(tid) * rounds + c++) * 64;
+    prepare_write<Sharing::Exclusive>(q, idx, src + off, lk, raddr + off, rk, 64, f);
+  });
+  if (s == Status::Ok) s = wait<Sharing::Exclusive>(q, t);
+  out[tid] = static_cast<int>(s);
+}
+
 __global__ void k_fetch_add_all(QpHandle q, uint64_t* olds, Lkey lk, uint64_t raddr, Rkey rk, int* out) {
   const int tid = blockIdx.x * blockDim.x + threadIdx.x;
   Ticket t;
@@ -443,6 +459,10 @@ KGT_TEST(gpu_shared_lanes_post_singly) {
   chunks_test(3, QpConfig{.sq_depth = 128}, 4, 256, 8, [](const QpHandle* h, auto... a) {
     k_lanes<Sharing::Gpu><<<4, 256>>>(h, 3, a...);
   });
+}
+
+KGT_TEST(post_loop_wraps_a_small_ring) {
+  chunks_test(64, QpConfig{.sq_depth = 16}, 2, 32, 100, [](auto... a) { k_post_loop<<<2, 32>>>(a...); });
 }
 
 KGT_TEST(fetch_add_from_2048_threads) {
