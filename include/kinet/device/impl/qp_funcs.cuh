@@ -457,7 +457,10 @@ template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t u
       const int leader = __ffs(g) - 1;
       int st = 0;
       if (__popc(g & detail::lanemask_lt()) == 0) st = static_cast<int>(detail::ring_upto<S>(q, hi));
-      return static_cast<Status>(__shfl_sync(g, st, leader));
+      st = __shfl_sync(g, st, leader);
+      // A lane whose own target was reached is done, whatever stopped the others.
+      if (st != 0 && load_acquire<kScope<S>>(&q.state->rung) >= upto) st = 0;
+      return static_cast<Status>(st);
     }
 #endif
     return detail::ring_upto<S>(q, upto);
