@@ -130,7 +130,7 @@ __device__ __forceinline__ Status bare_poll(const kd::QpHandle& q, uint64_t& com
     const uint8_t opc = mlx5::cqe_opcode(op_own);
     if (opc == mlx5::kCqeInvalid || mlx5::cqe_owner(op_own) != mlx5::cqe_sw_owner(ci, log_n)) break;
     if ((opc == mlx5::kCqeReqErr || opc == mlx5::kCqeRespErr) && st == Status::Ok)
-      st = kinet::status_from_syndrome(reinterpret_cast<const mlx5::ErrCqe*>(e)->syndrome);
+      st = mlx5::status_from_syndrome(reinterpret_cast<const mlx5::ErrCqe*>(e)->syndrome);
     const uint16_t wc = bswap16(static_cast<uint16_t>(tail & 0xffffu));
     completed = completed + static_cast<uint16_t>(wc - static_cast<uint16_t>(completed)) + 1u;
     ++ci;

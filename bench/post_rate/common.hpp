@@ -75,7 +75,8 @@ struct ConsParams {
 };
 
 // ---- host side -------------------------------------------------------------
-enum class Kind { Thread, Warp, WarpLib, Cta, CtaLib };
+// ThreadLoop: thread-excl posting through one dev::post_loop call per unit.
+enum class Kind { Thread, ThreadLoop, Warp, WarpLib, Cta, CtaLib };
 
 struct Config {
   std::string mode;   // row label: thread-excl, warp-coop, ...

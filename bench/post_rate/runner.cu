@@ -73,6 +73,7 @@ const void* post_kernel(const Config& c, bool bare, bool inject) {
   const bool excl = c.sharing == Sharing::Exclusive, cta = c.sharing == Sharing::Cta;
   if (bare) {
     switch (c.kind) {
+      case Kind::ThreadLoop: return reinterpret_cast<const void*>(&b_thread<false>);
       case Kind::Thread:
         if (excl) return inject ? reinterpret_cast<const void*>(&b_thread<true>)
                                 : reinterpret_cast<const void*>(&b_thread<false>);
@@ -94,6 +95,7 @@ const void* post_kernel(const Config& c, bool bare, bool inject) {
       if (excl) return reinterpret_cast<const void*>(&k_thread<Sharing::Exclusive>);
       if (cta) return reinterpret_cast<const void*>(&k_thread<Sharing::Cta>);
       return reinterpret_cast<const void*>(&k_thread<Sharing::Gpu>);
+    case Kind::ThreadLoop: return reinterpret_cast<const void*>(&k_thread_loop);
     case Kind::Warp:
       if (excl) return reinterpret_cast<const void*>(&k_warp<Sharing::Exclusive, false>);
       if (cta) return reinterpret_cast<const void*>(&k_warp<Sharing::Cta, false>);
@@ -294,6 +296,7 @@ void Bench::allocate(const std::vector<Config>& sweep) {
     const void* fn;
   } ks[] = {
       {"k_thread<Exclusive>", reinterpret_cast<const void*>(&k_thread<Sharing::Exclusive>)},
+      {"k_thread_loop", reinterpret_cast<const void*>(&k_thread_loop)},
       {"k_thread<Cta>", reinterpret_cast<const void*>(&k_thread<Sharing::Cta>)},
       {"k_thread<Gpu>", reinterpret_cast<const void*>(&k_thread<Sharing::Gpu>)},
       {"k_warp<Exclusive>", reinterpret_cast<const void*>(&k_warp<Sharing::Exclusive, false>)},

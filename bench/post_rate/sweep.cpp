@@ -108,6 +108,11 @@ std::vector<Config> build_sweep(const Options& o, int sms) {
   // (a) single thread
   v.push_back(make_thread("thread-excl", "single", Sharing::Exclusive, kMapThread, 1, 1, 1, 1));
   v.push_back(make_thread("thread-excl", "single", Sharing::Exclusive, kMapThread, 1, 1, 1, 32));
+  for (uint32_t db : {1u, 32u}) {  // the same, through one dev::post_loop call (counters in registers)
+    Config c = make_thread("thread-loop", "single", Sharing::Exclusive, kMapThread, 1, 1, 1, db);
+    c.kind = Kind::ThreadLoop;
+    v.push_back(c);
+  }
   if (!q) v.push_back(make_thread("thread-excl", "single", Sharing::Exclusive, kMapThread, 1, 32, 32, 32));
   if (!q) v.push_back(make_thread("thread-excl", "single", Sharing::Exclusive, kMapThread, 4, 32, 128, 32));
   // (b) one warp per QP

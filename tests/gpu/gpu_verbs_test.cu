@@ -237,6 +237,51 @@ __global__ void k_cta_coop(const QpHandle* qs, const uint8_t* src, Lkey lk, uint
   out[tid] = static_cast<int>(s);
 }
 
+// Shared QPs posted with the per-thread steps from every lane (reserve,
+// prepare, publish, ring_doorbell): the warp-aggregated paths. Lane l uses
+// QP l % nq, so one warp holds lanes of several QPs; odd lanes reserve 2 slots
+// at once, even lanes 1 slot twice, so lanes ask different n and their ranges
+// are adjacent or not. Every thread writes `chunks` (even) 64-byte chunks.
+template <Sharing S>
+__global__ void k_lanes(const QpHandle* qs, int nq, const uint8_t* src, Lkey lk, uint64_t raddr, Rkey rk, int chunks,
+                        int* out) {
+  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const QpHandle& q = qs[(threadIdx.x & 31u) % nq];
+  const uint32_t n = (threadIdx.x & 1u) ? 2 : 1;
+  Status s = Status::Ok;
+  Ticket t;
+  for (int c = 0; c < chunks && s == Status::Ok; c += static_cast<int>(n)) {
+    uint64_t first;
+    s = reserve<S>(q, n, &first);
+    if (s != Status::Ok) break;
+    for (uint32_t k = 0; k < n; ++k) {
+      const size_t off = (static_cast<size_t>(tid) * chunks + c + k) * 64;
+      prepare_write<S>(q, first + k, src + off, lk, raddr + off, rk, 64, 0);
+    }
+    s = publish<S>(q, first, n);
+    if (s == Status::Ok) s = ring_doorbell<S>(q, first + n);
+    t = Ticket{first + n, first};
+  }
+  if (s == Status::Ok) s = wait<S>(q, t);
+  out[tid] = static_cast<int>(s);
+}
+
+// One Exclusive QP per thread; all of a thread's chunks through one post_loop
+// call (doorbell every 4 ring indices), so a small ring wraps inside the call.
+__global__ void k_post_loop(const QpHandle* qs, const uint8_t* src, Lkey lk, uint64_t raddr, Rkey rk, int rounds,
+                            int* out) {
+  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const QpHandle& q = qs[tid];
+  Ticket t;
+  int c = 0;
+  Status s = post_loop(q, static_cast<uint64_t>(rounds), 4, kSignal, &t, [&](uint64_t idx, uint32_t f) {
+    const size_t off = (static_cast<size_t>(tid) * rounds + c++) * 64;
+    prepare_write<Sharing::Exclusive>(q, idx, src + off, lk, raddr + off, rk, 64, f);
+  });
+  if (s == Status::Ok) s = wait<Sharing::Exclusive>(q, t);
+  out[tid] = static_cast<int>(s);
+}
+
 __global__ void k_fetch_add_all(QpHandle q, uint64_t* olds, Lkey lk, uint64_t raddr, Rkey rk, int* out) {
   const int tid = blockIdx.x * blockDim.x + threadIdx.x;
   Ticket t;
@@ -401,6 +446,23 @@ KGT_TEST(warp_cooperative_posting) {
 
 KGT_TEST(cta_cooperative_posting) {
   chunks_test(4, QpConfig{.sq_depth = 256}, 4, 128, 16, [](auto... a) { k_cta_coop<<<4, 128>>>(a...); });
+}
+
+// Warp-aggregated reserve/publish/ring on shared QPs, every lane posting alone.
+KGT_TEST(cta_shared_lanes_post_singly) {
+  chunks_test(2, QpConfig{.sq_depth = 128}, 1, 256, 16, [](const QpHandle* h, auto... a) {
+    k_lanes<Sharing::Cta><<<1, 256>>>(h, 2, a...);
+  });
+}
+KGT_TEST(gpu_shared_lanes_post_singly) {
+  // k_lanes takes (handles, nq, ...): bind nq = 3 (lanes of 3 QPs per warp).
+  chunks_test(3, QpConfig{.sq_depth = 128}, 4, 256, 8, [](const QpHandle* h, auto... a) {
+    k_lanes<Sharing::Gpu><<<4, 256>>>(h, 3, a...);
+  });
+}
+
+KGT_TEST(post_loop_wraps_a_small_ring) {
+  chunks_test(64, QpConfig{.sq_depth = 16}, 2, 32, 100, [](auto... a) { k_post_loop<<<2, 32>>>(a...); });
 }
 
 KGT_TEST(fetch_add_from_2048_threads) {

@@ -373,4 +373,92 @@ TEST(VerbsCta, PublishOutOfOrderTimesOut) {
   EXPECT_EQ(dev::reserve<Sharing::Cta>(r.h, 1, &c), Status::QpBroken);
 }
 
+// post_loop: an Exclusive owner's loop in one call, counters in registers.
+TEST(PostLoop, PostsRingsAndSignalsLikeSingleVerbs) {
+  FakeRing r(4, 4, 4);  // 16 slots, period 4: WQEs 3, 7 signalled by the period
+  std::vector<uint32_t> pi_seen;
+  Ticket t;
+  ASSERT_EQ(dev::post_loop(r.h, 10, 4, dev::kSignal | dev::kFence, &t,
+                           [&](uint64_t idx, uint32_t f) {
+                             pi_seen.push_back(r.send_pi());
+                             dev::prepare_nop<Sharing::Exclusive>(r.h, idx, f);
+                           }),
+            Status::Ok);
+  EXPECT_EQ(t.idx, 10u);
+  EXPECT_EQ(t.first, 0u);
+  // Rung when the ring index reached 4 and 8 (seen by WQEs 4 and 8), and after the last.
+  const std::vector<uint32_t> want_pi{0, 0, 0, 0, 4, 4, 4, 4, 8, 8};
+  EXPECT_EQ(pi_seen, want_pi);
+  EXPECT_EQ(r.send_pi(), 10u);
+  for (uint64_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(r.wqe_index(i), i);
+    EXPECT_EQ(r.wants_cqe(i), i == 3 || i == 7 || i == 9) << "WQE " << i;
+    EXPECT_EQ(r.fenced(i), i == 0) << "WQE " << i;
+  }
+  EXPECT_EQ(r.state.reserved, 10u);
+  EXPECT_EQ(r.state.ready, 10u);
+  EXPECT_EQ(r.state.rung, 10u);
+  EXPECT_EQ(r.state.signaled, 10u);
+  for (uint64_t i : {3, 7, 9}) r.complete(i);
+  EXPECT_EQ(dev::quiet<Sharing::Exclusive>(r.h), Status::Ok);
+  EXPECT_EQ(r.state.reserved, 10u) << "quiet needed no NOP: signaled was exact";
+}
+
+TEST(PostLoop, NoDoorbellLeavesTheTailUnrung) {
+  FakeRing r(4, 4, 4);
+  ASSERT_EQ(dev::post_loop(r.h, 6, 4, dev::kNoDoorbell, nullptr,
+                           [&](uint64_t idx, uint32_t f) { dev::prepare_nop<Sharing::Exclusive>(r.h, idx, f); }),
+            Status::Ok);
+  EXPECT_EQ(r.send_pi(), 4u);
+  EXPECT_EQ(r.state.rung, 4u);
+  EXPECT_EQ(r.state.ready, 6u);
+  EXPECT_EQ(r.state.signaled, 4u);  // WQE 3 closed a period; kNoDoorbell asks no CQE
+}
+
+TEST(PostLoop, RejectsBadArgumentsBeforePosting) {
+  FakeRing r(4, 4, 4);
+  auto make = [&](uint64_t idx, uint32_t f) { dev::prepare_nop<Sharing::Exclusive>(r.h, idx, f); };
+  EXPECT_EQ(dev::post_loop(r.h, 0, 4, 0, nullptr, make), Status::InvalidArgument);
+  EXPECT_EQ(dev::post_loop(r.h, 1, 0, 0, nullptr, make), Status::InvalidArgument);
+  EXPECT_EQ(dev::post_loop(r.h, 1, 3, 0, nullptr, make), Status::InvalidArgument);
+  uint64_t first;
+  ASSERT_EQ(dev::reserve<Sharing::Exclusive>(r.h, 1, &first), Status::Ok);
+  EXPECT_EQ(dev::post_loop(r.h, 1, 1, 0, nullptr, make), Status::InvalidArgument) << "reservation outstanding";
+  EXPECT_EQ(r.state.reserved, 1u);
+  EXPECT_EQ(r.state.ready, 0u);
+  EXPECT_EQ(r.state.local_error, 0u);
+  r.state.broken = 1;
+  EXPECT_EQ(dev::post_loop(r.h, 1, 1, 0, nullptr, make), Status::QpBroken);
+  EXPECT_EQ(r.state.local_error, uint8_t(Status::QpBroken));
+}
+
+TEST(PostLoop, WaitsForSpaceThenWraps) {
+  FakeRing r(2, 3, 2);  // 4 slots, period 2: WQEs 1, 3, 5, 7 signalled
+  r.complete(1);        // the CQEs the full ring will find when it polls
+  r.complete(3);
+  Ticket t;
+  ASSERT_EQ(dev::post_loop(r.h, 8, 1, 0, &t,
+                           [&](uint64_t idx, uint32_t f) { dev::prepare_nop<Sharing::Exclusive>(r.h, idx, f); }),
+            Status::Ok);
+  EXPECT_EQ(t.idx, 8u);
+  EXPECT_EQ(r.state.completed, 4u);
+  EXPECT_EQ(r.state.reserved, 8u);
+  EXPECT_EQ(r.state.rung, 8u);
+  for (uint64_t i = 4; i < 8; ++i) EXPECT_EQ(r.wqe_index(i), i);
+}
+
+TEST(PostLoop, FullRingTimesOutAndBreaksTheQp) {
+  FakeRing r(2, 2, 2, /*timeout_ns=*/20'000'000);
+  Ticket t;
+  EXPECT_EQ(dev::post_loop(r.h, 6, 1, 0, &t,
+                           [&](uint64_t idx, uint32_t f) { dev::prepare_nop<Sharing::Exclusive>(r.h, idx, f); }),
+            Status::TimeoutSqSpace);
+  EXPECT_EQ(t.idx, 4u) << "the ticket covers the 4 WQEs posted";
+  EXPECT_EQ(t.first, 0u);
+  EXPECT_EQ(r.state.ready, 4u);
+  EXPECT_EQ(r.state.reserved, 5u) << "slot 4 stays reserved, unpublished";
+  EXPECT_EQ(r.state.broken, 1u);
+  EXPECT_EQ(r.state.local_error, uint8_t(Status::TimeoutSqSpace));
+}
+
 }  // namespace

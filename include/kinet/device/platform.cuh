@@ -119,6 +119,22 @@ template <Scope S> KINET_HD void fence_acquire() {
 #endif
 }
 
+// Release-only fence: this thread's earlier memory operations (and those it
+// observed, cumulatively) are ordered before its later stores at scope S. No
+// acquire half: on sm_90 with PTX ISA >= 8.6 it is `fence.release`, which does
+// not invalidate the SM's L1 as `fence.acq_rel` does (its acquire half); older
+// targets fall back to `fence.acq_rel`. Host builds: a release fence.
+template <Scope S> KINET_HD void fence_release_only() {
+#if KINET_ON_DEVICE && (__CUDA_ARCH__ >= 900) && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8))
+  if constexpr (S == Scope::Cta) asm volatile("fence.release.cta;" ::: "memory");
+  else if constexpr (S == Scope::Gpu) asm volatile("fence.release.gpu;" ::: "memory");
+  else if constexpr (S == Scope::System) asm volatile("fence.release.sys;" ::: "memory");
+#else
+  fence_release<S>();
+#endif
+}
+
 // ---- time, for bounded waits ----
 KINET_HD uint64_t now_ns() {
 #if KINET_ON_DEVICE

@@ -81,7 +81,8 @@ struct SqState {
   uint64_t reserved;   // next index to hand out
   uint64_t ready;      // every WQE below this is written and published
   uint64_t rung;       // every WQE below this has been announced to the NIC
-  uint64_t signaled;   // 1 + index of the highest WQE that requests a CQE
+  uint64_t signaled;   // 1 + index of the highest published WQE that requests a CQE (prepare_* raises it
+                       // for kSignal, publish() for the WQEs that close a signal period)
   uint64_t completed;  // every WQE below this has completed (from CQEs)
   uint64_t error_wqe;  // ring index of the WQE of the first error CQE
   uint32_t cq_ci;      // CQEs consumed
@@ -162,11 +163,18 @@ template <Sharing S> KINET_HD void prepare_compare_swap(const QpHandle& q, uint6
                                                         Lkey lkey, uint64_t raddr, Rkey rkey, uint64_t compare,
                                                         uint64_t swap, uint32_t flags);
 
-// Many threads posting one WQE each to one QP serialise here: prefer one
-// cooperative post per warp or CTA (coop.cuh) to per-thread posts.
 // Marks [first, first+n) ready, in reservation order: waits (bounded) until
 // every earlier reservation is published. WQE stores are visible to whoever
 // rings the doorbell before the slots count as ready.
+// Shared QPs in kernels (sm_80+): the lanes of one warp that call reserve,
+// publish or ring_doorbell on the same QP at the same time are served as one
+// caller (one reservation atomic for the lanes asking the same n, slots in
+// lane order; one in-order publish when their ranges are adjacent; one
+// doorbell attempt; publish and ring_doorbell give them one status). Lanes
+// that arrive apart are served one by one, as host threads are: a per-lane
+// branch that may leave the caller's loop (`if (..) { st = ring_doorbell(..);
+// if (st) break; }`) keeps lanes apart for good; join it first, then test. A cooperative post per warp or CTA
+// (coop.cuh) is still the cheapest way to post many WQEs.
 template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, uint32_t n);
 
 // Ensures every published WQE below `upto` has been announced to the NIC:
@@ -243,6 +251,22 @@ template <Sharing S> KINET_HD Status put_signal(const QpHandle& q, const void* s
                                                 Rkey rkey, size_t bytes, uint64_t sig_raddr, Rkey sig_rkey,
                                                 uint64_t add, uint64_t* scratch, Lkey scratch_lkey,
                                                 uint32_t flags = 0, Ticket* t = nullptr);
+// Exclusive QPs, the owner's posting loop in one call: posts `count` WQEs,
+// WQE i written by make(idx, f) with one prepare_*<Sharing::Exclusive>(q, idx,
+// ..., f) call (f: the caller's kFence on the first WQE, kSignal on the last),
+// and rings the doorbell whenever the ring index reaches a multiple of
+// db_every (a power of two) and after the last WQE (unless kNoDoorbell).
+// The counters stay in registers for the whole call, as a hand-written loop
+// would keep them (no SqState round trip per WQE); SqState is written back
+// before any wait for free slots and when the call returns, so it is exact
+// whenever no post_loop is running. make must not call other verbs on q.
+// InvalidArgument (nothing posted) for count == 0, db_every not a power of
+// two, or a reservation outstanding (reserved != ready). Waits for space
+// like reserve() (bounded; TimeoutSqSpace breaks the QP); on a failure *t
+// covers the WQEs posted before it.
+template <class Make>
+KINET_HD Status post_loop(const QpHandle& q, uint64_t count, uint32_t db_every, uint32_t flags, Ticket* t,
+                          Make make);
 // A NOP WQE (with kSignal: a completion marker).
 template <Sharing S> KINET_HD Status nop(const QpHandle& q, uint32_t flags = 0, Ticket* t = nullptr);
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kinet/mlx5/syndrome.hpp"
+#include "kinet/device/impl/warp_group.cuh"
 
 namespace kinet::dev {
 namespace detail {
@@ -19,24 +20,27 @@ using kinet::detail::bswap64;
 // Nothing else needed: publish() uses a release store.
 
 // Writes the doorbell record such that the published WQEs (possibly written
-// by other threads, observed through an acquire of `ready`) are visible to
-// the NIC before the record says they exist. Rings in host memory are read by
-// a CPU engine or over PCIe: system scope. Rings in GPU memory are read by the
-// NIC through the GPU's L2: GPU scope is what the NIC needs there. Host
-// builds use a release store (ThreadSanitizer does not model fences).
+// by other threads, observed through an acquire of `ready` or a warp/CTA
+// barrier) are visible to the NIC before the record says they exist. Rings in
+// host memory are read by a CPU engine or over PCIe: system scope. Rings in
+// GPU memory are read by the NIC through the GPU's L2: GPU scope is what the
+// NIC needs there. One release store (cumulative, like the fence it replaces):
+// `fence.acq_rel` + relaxed store would also invalidate the SM's L1 (its
+// acquire half), which nothing here needs and which made every later SqState
+// load an L2 round trip. Host builds use a release store as well.
 KINET_HD void store_dbrec_after_wqes(const QpHandle& q, uint32_t value_be) {
   uint32_t* rec = &q.dbrec[mlx5::kSendDbrIndex];
-#if KINET_ON_DEVICE
-  if (q.rings_in_gpu_memory) fence_release<Scope::Gpu>();
-  else fence_release<Scope::System>();
-  store_relaxed<Scope::System>(rec, value_be);
+#if KINET_ON_DEVICE && (__CUDA_ARCH__ >= 700)
+  if (q.rings_in_gpu_memory) asm volatile("st.release.gpu.b32 [%0], %1;" ::"l"(rec), "r"(value_be) : "memory");
+  else asm volatile("st.release.sys.b32 [%0], %1;" ::"l"(rec), "r"(value_be) : "memory");
 #else
   store_release<Scope::System>(rec, value_be);
 #endif
 }
 // The doorbell record is visible before the doorbell word reaches the NIC,
-// which reads the record when the doorbell rings.
-KINET_HD void order_dbrec_before_doorbell() { fence_release<Scope::System>(); }
+// which reads the record when the doorbell rings. Only later stores (the
+// doorbell) need ordering: release-only where the target has it.
+KINET_HD void order_dbrec_before_doorbell() { fence_release_only<Scope::System>(); }
 
 // The doorbell word: one 8-byte MMIO-style store.
 KINET_HD void store_doorbell(uint64_t* db, uint64_t word) {
@@ -115,20 +119,28 @@ template <Sharing S, class T> KINET_HD void st_rel(T* p, T v) {
 }
 
 // Requests a CQE for WQE idx when asked, or when idx closes a signal period
-// (so free slots always come back, whatever the caller asked).
+// (so free slots always come back, whatever the caller asked). Only kSignal
+// raises `signaled` here; the periodic ones are recorded by publish(), which
+// knows them from the range alone (signal_end), so no per-WQE atomic.
 template <Sharing S> KINET_HD uint8_t completion_flags(const QpHandle& q, uint64_t idx, uint32_t flags) {
-  const bool sig = (flags & kSignal) || (((idx + 1) & (q.signal_period - 1)) == 0);
+  const bool periodic = ((idx + 1) & (q.signal_period - 1)) == 0;
   uint8_t f = 0;
-  if (sig) {
-    f |= mlx5::kCtrlCqUpdate;
+  if (periodic || (flags & kSignal)) f |= mlx5::kCtrlCqUpdate;
+  if (flags & kSignal) {
     // Atomic even for Exclusive QPs: the lanes of a cooperative group
-    // (coop.cuh) prepare their own slots concurrently. Only signalled WQEs
-    // pay for it.
+    // (coop.cuh) prepare their own slots concurrently.
     constexpr Scope sc = S == Sharing::Exclusive ? Scope::Cta : kScope<S>;
     fetch_max_relaxed<sc>(&q.state->signaled, idx + 1);
   }
   if (flags & kFence) f |= mlx5::kCtrlFence;
   return f;
+}
+
+// 1 + the highest index in [first, first + n) that closes a signal period
+// (and so requests a CQE whatever the caller asked), or 0 if none does.
+KINET_HD uint64_t signal_end(const QpHandle& q, uint64_t first, uint32_t n) {
+  const uint64_t e = (first + n) & ~static_cast<uint64_t>(q.signal_period - 1);
+  return e > first ? e : 0;
 }
 
 KINET_HD uint8_t* slot(const QpHandle& q, uint64_t idx) {
@@ -193,14 +205,20 @@ struct Deadline {
   KINET_HD bool expired() const { return now_ns() > end; }
 };
 
+// Announces every WQE below ring index pi to the NIC: doorbell record, then
+// doorbell word. Does not touch SqState.
+KINET_HD void ring_at(const QpHandle& q, uint64_t pi) {
+  store_dbrec_after_wqes(q, bswap32(static_cast<uint32_t>(pi) & 0xffffu));
+  order_dbrec_before_doorbell();
+  store_doorbell(q.db, mlx5::doorbell_word(static_cast<uint32_t>(pi), q.qpn_be8));
+}
+
 // Rings for everything published so far. Caller holds the doorbell lock (or owns the QP).
 template <Sharing S> KINET_HD void ring_locked(const QpHandle& q) {
   SqState* s = q.state;
   const uint64_t pi = ld<S>(&s->ready);
   if (pi == s->rung) return;
-  store_dbrec_after_wqes(q, bswap32(static_cast<uint32_t>(pi) & 0xffffu));
-  order_dbrec_before_doorbell();
-  store_doorbell(q.db, mlx5::doorbell_word(static_cast<uint32_t>(pi), q.qpn_be8));
+  ring_at(q, pi);
   st_rel<S>(&s->rung, pi);
 }
 
@@ -225,16 +243,33 @@ template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint
   SqState* s = q.state;
   detail::check_exclusive_owner<S>(q);
   if (n == 0 || n > q.size() / 2) return Status::InvalidArgument;
-  if (detail::ld<S>(&s->broken)) return detail::fail<S>(q, Status::QpBroken);
   uint64_t idx;
   if constexpr (S == Sharing::Exclusive) {
+    // Fast path: the three loads are independent and feed one branch, so
+    // they cost one round trip, not two (broken used to gate the others).
+    const uint8_t br = s->broken;
     idx = s->reserved;
+    const uint64_t comp = s->completed;
+    if ((br == 0) & (idx + n - comp <= q.size())) {
+      s->reserved = idx + n;
+      *first = idx;
+      return Status::Ok;
+    }
+    if (br) return detail::fail<S>(q, Status::QpBroken);
     s->reserved = idx + n;
   } else {
+    if (detail::ld<S>(&s->broken)) return detail::fail<S>(q, Status::QpBroken);
+#if KINET_WARP_AGGREGATE
+    idx = detail::group_fetch_add<kScope<S>>(&s->reserved, detail::same_qp_lanes(s), n);
+#else
     idx = fetch_add_relaxed<kScope<S>>(&s->reserved, uint64_t(n));
+#endif
+    if (idx + n - detail::ld<S>(&s->completed) <= q.size()) {
+      *first = idx;
+      return Status::Ok;
+    }
   }
   *first = idx;
-  if (idx + n - detail::ld<S>(&s->completed) <= q.size()) return Status::Ok;
   detail::Deadline dl(q.timeout_ns);
   for (;;) {
     detail::kick<S>(q);
@@ -338,48 +373,97 @@ template <Sharing S> KINET_HD void prepare_compare_swap(const QpHandle& q, uint6
   detail::store_wqe(detail::slot(q, idx), &bb);
 }
 
+namespace detail {
+// publish() of one caller's range on a shared QP: its turn, then the release.
+template <Sharing S> KINET_HD Status publish_range(const QpHandle& q, uint64_t first, uint32_t n) {
+  SqState* s = q.state;
+  // Before the turn, outside the in-order section (as prepare_* did it); max:
+  // kSignal WQEs of other ranges raise it concurrently.
+  const uint64_t e = signal_end(q, first, n);
+  if (e) fetch_max_relaxed<kScope<S>>(&s->signaled, e);
+  if (load_acquire<kScope<S>>(&s->ready) != first) {
+    Deadline dl(q.timeout_ns);
+    while (load_acquire<kScope<S>>(&s->ready) != first) {
+      if (dl.expired()) {
+        fail<S>(q, Status::TimeoutPublishOrder);  // the reason before `broken`
+        store_release<kScope<S>>(&s->broken, uint8_t(1));
+        return Status::TimeoutPublishOrder;
+      }
+      spin_pause();
+    }
+  }
+  // Release: the WQE stores (this thread's, and its warp's ordered before by
+  // __syncwarp) happen-before any acquire of `ready` (the ringing thread's).
+  store_release<kScope<S>>(&s->ready, first + n);
+  return Status::Ok;
+}
+
+// ring_doorbell() of one caller on a shared QP.
+template <Sharing S> KINET_HD Status ring_upto(const QpHandle& q, uint64_t upto) {
+  SqState* s = q.state;
+  Deadline dl(q.timeout_ns);
+  for (;;) {
+    if (load_acquire<kScope<S>>(&s->rung) >= upto) return Status::Ok;
+    if (try_lock<kScope<S>>(&s->db_lock)) {
+      ring_locked<S>(q);
+      unlock<kScope<S>>(&s->db_lock);
+      if (load_acquire<kScope<S>>(&s->rung) >= upto) return Status::Ok;
+    }
+    if (dl.expired()) return fail<S>(q, Status::TimeoutLock);
+    spin_pause();
+  }
+}
+}  // namespace detail
+
 template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, uint32_t n) {
   SqState* s = q.state;
   detail::check_exclusive_owner<S>(q);
   if constexpr (S == Sharing::Exclusive) {
+    // Periodic CQE requests are known from the range; only a range that
+    // closes a period reads `signaled` (kSignal may have raised it further).
+    const uint64_t e = detail::signal_end(q, first, n);
+    if (e != 0 && e > s->signaled) s->signaled = e;
     s->ready = first + n;
     return Status::Ok;
   } else {
-    if (load_acquire<kScope<S>>(&s->ready) != first) {
-      detail::Deadline dl(q.timeout_ns);
-      while (load_acquire<kScope<S>>(&s->ready) != first) {
-        if (dl.expired()) {
-          detail::fail<S>(q, Status::TimeoutPublishOrder);  // the reason before `broken`
-          store_release<kScope<S>>(&s->broken, uint8_t(1));
-          return Status::TimeoutPublishOrder;
-        }
-        spin_pause();
-      }
+#if KINET_WARP_AGGREGATE
+    // Lanes publishing adjacent ranges of one QP together: one turn for all.
+    const unsigned g = detail::same_qp_lanes(s);
+    uint64_t lo;
+    uint32_t len;
+    if (__popc(g) > 1 && detail::group_span(g, first, n, &lo, &len)) {
+      const int leader = __ffs(g) - 1;
+      __syncwarp(g);  // every lane's WQE stores before the leader's release of `ready`
+      int st = 0;
+      if (__popc(g & detail::lanemask_lt()) == 0) st = static_cast<int>(detail::publish_range<S>(q, lo, len));
+      return static_cast<Status>(__shfl_sync(g, st, leader));
     }
-    // Release: this thread's WQE stores happen-before any acquire of `ready`.
-    store_release<kScope<S>>(&s->ready, first + n);
-    return Status::Ok;
+#endif
+    return detail::publish_range<S>(q, first, n);
   }
 }
 
 template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t upto) {
-  SqState* s = q.state;
   detail::check_exclusive_owner<S>(q);
   if constexpr (S == Sharing::Exclusive) {
     detail::ring_locked<S>(q);
     return Status::Ok;
   } else {
-    detail::Deadline dl(q.timeout_ns);
-    for (;;) {
-      if (load_acquire<kScope<S>>(&s->rung) >= upto) return Status::Ok;
-      if (try_lock<kScope<S>>(&s->db_lock)) {
-        detail::ring_locked<S>(q);
-        unlock<kScope<S>>(&s->db_lock);
-        if (load_acquire<kScope<S>>(&s->rung) >= upto) return Status::Ok;
-      }
-      if (dl.expired()) return detail::fail<S>(q, Status::TimeoutLock);
-      spin_pause();
+#if KINET_WARP_AGGREGATE
+    // Lanes ringing one QP together: the one with the highest target rings for all.
+    const unsigned g = detail::same_qp_lanes(q.state);
+    uint64_t hi;
+    if (__popc(g) > 1 && detail::group_max(g, upto, &hi)) {
+      const int leader = __ffs(g) - 1;
+      int st = 0;
+      if (__popc(g & detail::lanemask_lt()) == 0) st = static_cast<int>(detail::ring_upto<S>(q, hi));
+      st = __shfl_sync(g, st, leader);
+      // A lane whose own target was reached is done, whatever stopped the others.
+      if (st != 0 && load_acquire<kScope<S>>(&q.state->rung) >= upto) st = 0;
+      return static_cast<Status>(st);
     }
+#endif
+    return detail::ring_upto<S>(q, upto);
   }
 }
 
@@ -460,133 +544,6 @@ template <Sharing S> KINET_HD Status quiet(const QpHandle& q) {
   return wait<S>(q, Ticket{r, r == 0 ? 0 : r - 1});  // the last WQE reserved: stable meaning of quiet()
 }
 
-// ---------------------------------------------------------------------------
-namespace detail {
-// Posts ceil(bytes / max_msg) WQEs (1 for bytes == 0) built by make(idx, offset, len, flags),
-// in reservations of at most half the ring. Only the last WQE gets the caller's kSignal,
-// only the first the caller's kFence. Lengths are checked before anything is reserved.
-template <Sharing S, class Make>
-KINET_HD Status post_chunked(const QpHandle& q, size_t bytes, uint32_t flags, Ticket* t, Make make) {
-  if (!max_msg_ok(q)) return Status::InvalidArgument;
-  // ceil without (bytes + max_msg - 1), which overflows near SIZE_MAX.
-  const uint64_t b = bytes;
-  const uint64_t nw = b == 0 ? 1 : b / q.max_msg + (b % q.max_msg != 0 ? 1 : 0);
-  if (nw > kMaxWqesPerTransfer) return Status::InvalidArgument;
-  uint64_t done = 0;
-  size_t off = 0;
-  uint64_t start = 0, end = 0;  // [start, end): the WQEs published so far
-  // Stops the transfer: *t covers what was published, so the caller can wait
-  // for it before reusing the buffer.
-  auto stop = [&](Status st) {
-    if (t && done > 0) *t = Ticket{end, start};
-    return st;
-  };
-  while (done < nw) {
-    if (done > 0) {
-      // Between reservations: once an error CQE was seen the QP is in the
-      // error state and the rest would be flushed: stop now, not after
-      // posting for minutes.
-      const int32_t es = load_acquire<kScope<S>>(&q.state->error_status);
-      if (es != 0) {
-        // A fault after this transfer's WQEs (another thread's) still flushes its rest.
-        const Status st = status_of_range(es, q.state->error_wqe, start, end);
-        return stop(st == Status::Ok ? Status::WrFlushed : st);
-      }
-    }
-    const uint32_t g = static_cast<uint32_t>((nw - done) < q.size() / 2 ? (nw - done) : q.size() / 2);
-    uint64_t first;
-    Status st = reserve<S>(q, g, &first);
-    if (st != Status::Ok) return stop(st);
-    for (uint32_t k = 0; k < g; ++k) {
-      const size_t len = (bytes - off) < q.max_msg ? (bytes - off) : q.max_msg;
-      const bool last = done + k + 1 == nw;
-      uint32_t f = (flags & kFence) && done + k == 0 ? uint32_t(kFence) : 0u;
-      if (last) f |= flags & kSignal;
-      make(first + k, off, static_cast<uint32_t>(len), f);
-      off += len;
-    }
-    st = publish<S>(q, first, g);
-    if (st != Status::Ok) return stop(st);
-    if (done == 0) start = first;
-    end = first + g;
-    done += g;
-    if (!(flags & kNoDoorbell) || done < nw) {
-      st = ring_doorbell<S>(q, first + g);
-      if (st != Status::Ok) return stop(st);
-    }
-  }
-  if (t) *t = Ticket{end, start};
-  return Status::Ok;
-}
-
-template <Sharing S, class Make>
-KINET_HD Status post_one(const QpHandle& q, uint32_t flags, Ticket* t, Make make) {
-  uint64_t idx;
-  Status st = reserve<S>(q, 1, &idx);
-  if (st != Status::Ok) return st;
-  make(idx, flags & (kSignal | kFence));
-  st = publish<S>(q, idx, 1);
-  if (st != Status::Ok) return st;
-  if (t) *t = Ticket{idx + 1, idx};
-  if (flags & kNoDoorbell) return Status::Ok;
-  return ring_doorbell<S>(q, idx + 1);
-}
-}  // namespace detail
-
-template <Sharing S> KINET_HD Status put(const QpHandle& q, const void* src, Lkey lkey, uint64_t raddr, Rkey rkey,
-                                         size_t bytes, uint32_t flags, Ticket* t) {
-  const uint8_t* s8 = static_cast<const uint8_t*>(src);
-  return detail::post_chunked<S>(q, bytes, flags, t, [&](uint64_t idx, size_t off, uint32_t len, uint32_t f) {
-    prepare_write<S>(q, idx, s8 + off, lkey, raddr + off, rkey, len, f);
-  });
-}
-
-template <Sharing S> KINET_HD Status put_inline(const QpHandle& q, const void* src, uint32_t bytes, uint64_t raddr,
-                                                Rkey rkey, uint32_t flags, Ticket* t) {
-  if (bytes > mlx5::kMaxInlineOneBB) return Status::InvalidArgument;
-  return detail::post_one<S>(q, flags, t, [&](uint64_t idx, uint32_t f) {
-    prepare_write_inline<S>(q, idx, src, bytes, raddr, rkey, f);
-  });
-}
-
-template <Sharing S> KINET_HD Status get(const QpHandle& q, void* dst, Lkey lkey, uint64_t raddr, Rkey rkey,
-                                         size_t bytes, uint32_t flags, Ticket* t) {
-  uint8_t* d8 = static_cast<uint8_t*>(dst);
-  return detail::post_chunked<S>(q, bytes, flags, t, [&](uint64_t idx, size_t off, uint32_t len, uint32_t f) {
-    prepare_read<S>(q, idx, d8 + off, lkey, raddr + off, rkey, len, f);
-  });
-}
-
-template <Sharing S> KINET_HD Status fetch_add(const QpHandle& q, uint64_t* result, Lkey lkey, uint64_t raddr,
-                                               Rkey rkey, uint64_t add, uint32_t flags, Ticket* t) {
-  return detail::post_one<S>(q, flags, t, [&](uint64_t idx, uint32_t f) {
-    prepare_fetch_add<S>(q, idx, result, lkey, raddr, rkey, add, f);
-  });
-}
-
-template <Sharing S> KINET_HD Status compare_swap(const QpHandle& q, uint64_t* result, Lkey lkey, uint64_t raddr,
-                                                  Rkey rkey, uint64_t compare, uint64_t swap, uint32_t flags,
-                                                  Ticket* t) {
-  return detail::post_one<S>(q, flags, t, [&](uint64_t idx, uint32_t f) {
-    prepare_compare_swap<S>(q, idx, result, lkey, raddr, rkey, compare, swap, f);
-  });
-}
-
-template <Sharing S> KINET_HD Status put_signal(const QpHandle& q, const void* src, Lkey lkey, uint64_t raddr,
-                                                Rkey rkey, size_t bytes, uint64_t sig_raddr, Rkey sig_rkey,
-                                                uint64_t add, uint64_t* scratch, Lkey scratch_lkey, uint32_t flags,
-                                                Ticket* t) {
-  // The data WQEs are published without a doorbell; the atomic's doorbell
-  // announces both. RC ordering keeps the atomic behind the writes.
-  Ticket data, sig;
-  Status st = put<S>(q, src, lkey, raddr, rkey, bytes, (flags & kFence) | kNoDoorbell, &data);
-  if (st == Status::Ok) st = fetch_add<S>(q, scratch, scratch_lkey, sig_raddr, sig_rkey, add, flags & ~kFence, &sig);
-  if (t && data.idx != 0) *t = Ticket{sig.idx != 0 ? sig.idx : data.idx, data.first};
-  return st;
-}
-
-template <Sharing S> KINET_HD Status nop(const QpHandle& q, uint32_t flags, Ticket* t) {
-  return detail::post_one<S>(q, flags, t, [&](uint64_t idx, uint32_t f) { prepare_nop<S>(q, idx, f); });
-}
-
 }  // namespace kinet::dev
+
+#include "kinet/device/impl/ops_funcs.cuh"
