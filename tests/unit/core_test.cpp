@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/env.hpp"
 #include "core/provider.hpp"
@@ -17,9 +19,25 @@ using kinet::env::kDefaultTimeoutMs;
 using kinet::env::kMaxTimeoutMs;
 using kinet::env::parse_timeout_ms;
 
+// First in the file (gtest keeps declaration order) so that it is the first
+// use of the registry: every thread must see the built-in providers exactly
+// once (TSan checks the registration itself).
+TEST(Providers, ConcurrentFirstUseRegistersOnce) {
+  std::vector<std::thread> ts;
+  std::vector<size_t> seen(8);
+  for (size_t i = 0; i < seen.size(); ++i)
+    ts.emplace_back([&seen, i] {
+      int emu = 0;
+      for (const auto& p : kinet::provider::all()) emu += std::strcmp(p.name, "emu") == 0;
+      seen[i] = emu;
+    });
+  for (auto& t : ts) t.join();
+  for (size_t n : seen) EXPECT_EQ(n, 1u);
+}
+
 // ---- the one table and docs/ENVIRONMENT.md ------------------------------------
 TEST(Env, DocumentMatchesTheTable) {
-  const std::string path = std::string(KINET_SOURCE_DIR) + "/docs/ENVIRONMENT.md";
+  const std::string path = KINET_SOURCE_DIR "/docs/ENVIRONMENT.md";
   std::ifstream f(path);
   ASSERT_TRUE(f) << "cannot read " << path;
   std::stringstream ss;
