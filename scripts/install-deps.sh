@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs what kinet's build and tests need on Debian 12 / Ubuntu, if missing.
+# Installs what kinet's build, tools and tests need on Debian 12 / Ubuntu, if
+# missing: compilers and build tools (ccache is used when present), rdma-core's
+# headers (the wire-layout test requires mlx5dv.h), GoogleTest, CLI11 and
+# nlohmann-json (tools), pkg-config (the install check).
 # CUDA (nvcc) is optional: without it the .cu files are skipped and GPU tests report as skipped.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ libgtest-dev libibverbs-dev python3)
+pkgs=(cmake ninja-build g++ ccache pkg-config libgtest-dev libibverbs-dev libcli11-dev nlohmann-json3-dev python3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,14 +1,40 @@
-// kinet — environment variables kinet reads. Every one is listed here and in
-// docs/ENVIRONMENT.md.
-//   KINET_TIMEOUT_MS  bound of every wait in device verbs and tools (default 10000)
-//   KINET_LOG_LEVEL   error | warn (default) | info | debug
+// kinet — environment variables. The one list of every variable kinet (the
+// library, its providers, tools and tests) reads is variables() below:
+// `kinet-info --env` prints it and docs/ENVIRONMENT.md is generated from it
+// (`kinet-info --env --markdown`; a test fails when the two differ).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace kinet::env {
+
+struct Variable {
+  const char* name;
+  const char* default_value;  // as the reader sees it when unset
+  const char* meaning;
+  const char* reader;         // who reads it: "library", "emu provider", "tests", ...
+  bool test_only;             // read by the test suite only, not by the library or tools
+};
+std::span<const Variable> variables();
+
+// docs/ENVIRONMENT.md's text, rendered from variables().
+std::string markdown();
+
 // Parses an unsigned integer variable; `fallback` when unset; a warning and
 // `fallback` when malformed.
 uint64_t get_u64(const char* name, uint64_t fallback);
 std::string get_str(const char* name, const std::string& fallback);
+
+// KINET_TIMEOUT_MS's rules, a pure function so tests can reach every edge.
+// `value` null or empty: kDefaultTimeoutMs. A decimal integer in
+// [1, kMaxTimeoutMs]: itself. Larger (up to and past 2^64-1): saturated to
+// kMaxTimeoutMs, with a warning in *problem. 0, negative, or not a decimal
+// integer: kDefaultTimeoutMs, with an error in *problem (a bound of 0 would
+// make every wait expire at once). *problem is cleared when the value is used
+// as given.
+inline constexpr uint64_t kDefaultTimeoutMs = 10000;
+inline constexpr uint64_t kMaxTimeoutMs = 24ull * 3600 * 1000;  // one day: ms*1e6 stays far from 2^64 ns
+uint64_t parse_timeout_ms(const char* value, std::string* problem);
+
 }  // namespace kinet::env

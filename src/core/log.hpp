@@ -1,4 +1,5 @@
-// kinet — internal logging. Level from $KINET_LOG_LEVEL: error, warn (default), info, debug.
+// kinet — internal logging. Level from $KINET_LOG_LEVEL (see the table in core/env.cpp):
+// error, warn (default), info, debug.
 #pragma once
 #include <cstdarg>
 

@@ -1,17 +1,22 @@
 // kinet-info — what kinet can run on this machine, and why not.
 //
 // CUDA and libibverbs are probed with dlopen at run time, so this binary has
-// no link dependency on either and runs everywhere kinet builds.
+// no link dependency on either and runs everywhere kinet builds. The report is
+// gathered once as JSON; text output is rendered from it.
 #include <dlfcn.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/env.hpp"
+#include "core/provider.hpp"
 #include "kinet/kinet.hpp"
 
 #ifndef KINET_INFO_VERSION
@@ -21,16 +26,7 @@
 extern char** environ;
 
 namespace {
-
-// Environment variables the library reads (keep in sync with src/core/env.cpp).
-struct EnvVar {
-  const char* name;
-  const char* meaning;
-};
-constexpr EnvVar kEnvVars[] = {
-    {"KINET_TIMEOUT_MS", "bound of every wait in device verbs and tools (default 10000)"},
-    {"KINET_LOG_LEVEL", "error | warn (default) | info | debug"},
-};
+using json = nlohmann::ordered_json;
 
 void* open_first(const std::vector<const char*>& names, std::string* which) {
   for (const char* n : names) {
@@ -48,28 +44,39 @@ std::string version_str(int v) {  // CUDA encodes 1000*major + 10*minor
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
-// ---- providers ----------------------------------------------------------
-bool report_emu() {
-  try {
-    auto dev = kinet::Device::open("emu");
-    const kinet::DeviceAttr& a = dev->attr();
-    std::printf("  emu    available: software NIC %s (max_qp_wr %u, max_msg %u, GPU memory %s)\n", a.name.c_str(),
-                a.max_qp_wr, a.max_msg, a.gpu_memory ? "yes" : "no");
-    return true;
-  } catch (const std::exception& e) {
-    std::printf("  emu    NOT available: %s\n", e.what());
-    return false;
+// ---- providers (from the registry: kinet-info knows none by name) --------
+json probe_providers() {
+  json out = json::array();
+  for (const kinet::provider::Provider& p : kinet::provider::all()) {
+    json j = {{"name", p.name}, {"description", p.description}};
+    if (!p.probe_device) {
+      j["available"] = nullptr;
+      j["detail"] = "no device to probe without hardware";
+    } else {
+      try {
+        auto dev = kinet::Device::open(p.probe_device);
+        const kinet::DeviceAttr& a = dev->attr();
+        j["available"] = true;
+        j["detail"] = {{"device", a.name}, {"max_qp_wr", a.max_qp_wr}, {"max_msg", a.max_msg},
+                       {"gpu_memory", a.gpu_memory}};
+      } catch (const std::exception& e) {
+        j["available"] = false;
+        j["detail"] = e.what();
+      }
+    }
+    out.push_back(j);
   }
+  return out;
 }
 
 // ---- GPU ----------------------------------------------------------------
-int report_cuda() {
-  std::printf("GPU (CUDA runtime via dlopen)\n");
+json probe_cuda() {
+  json out = {{"runtime", nullptr}, {"gpus", json::array()}, {"problem", nullptr}};
   std::string lib_name;
   void* rt = open_first({"libcudart.so.13", "libcudart.so.12", "libcudart.so"}, &lib_name);
   if (!rt) {
-    std::printf("  no CUDA runtime: libcudart.so.13/.12/.so not found (%s)\n", dlerror());
-    return 0;
+    out["problem"] = std::string("no CUDA runtime: libcudart.so.13/.12/.so not found (") + dlerror() + ")";
+    return out;
   }
   using IntFn = int (*)(int*);
   using ErrStrFn = const char* (*)(int);
@@ -82,19 +89,21 @@ int report_cuda() {
   auto attribute = sym<AttrFn>(rt, "cudaDeviceGetAttribute");
   auto bus_id = sym<BusIdFn>(rt, "cudaDeviceGetPCIBusId");
   if (!device_count || !error_string) {
-    std::printf("  %s loaded but cudaGetDeviceCount/cudaGetErrorString missing\n", lib_name.c_str());
-    return 0;
+    out["problem"] = lib_name + " loaded but cudaGetDeviceCount/cudaGetErrorString missing";
+    return out;
   }
   int rv = 0, dv = 0;
   if (runtime_version) runtime_version(&rv);
   if (driver_version) driver_version(&dv);
-  std::printf("  %s: runtime %s, driver %s\n", lib_name.c_str(), rv ? version_str(rv).c_str() : "?",
-              dv ? version_str(dv).c_str() : "none (no NVIDIA driver)");
+  out["runtime"] = {{"library", lib_name},
+                    {"version", rv ? version_str(rv) : "?"},
+                    {"driver", dv ? version_str(dv) : "none (no NVIDIA driver)"}};
   int n = 0;
   const int err = device_count(&n);
   if (err != 0) {
-    std::printf("  no usable GPU: cudaGetDeviceCount: %s (error %d)\n", error_string(err), err);
-    return 0;
+    out["problem"] = std::string("no usable GPU: cudaGetDeviceCount: ") + error_string(err) + " (error " +
+                     std::to_string(err) + ")";
+    return out;
   }
   // Names come from the driver API (stable across CUDA versions).
   std::string drv_name;
@@ -118,20 +127,22 @@ int report_cuda() {
     if (bus_id) bus_id(bus, sizeof bus, d);
     size_t mem = 0;
     if (cu_ok && cu_mem) cu_mem(&mem, d);
-    std::printf("  GPU %d: %s, sm_%d%d, %.0f GiB, PCI %s\n", d, name, major, minor, double(mem) / (1ull << 30), bus);
+    out["gpus"].push_back({{"index", d}, {"name", name}, {"sm", major * 10 + minor}, {"memory_bytes", mem},
+                           {"pci", bus}});
   }
-  return n;
+  return out;
 }
 
 // ---- RDMA ---------------------------------------------------------------
-int report_rdma() {
-  std::printf("RDMA (libibverbs via dlopen)\n");
+json probe_rdma() {
+  json out = {{"library", nullptr}, {"devices", json::array()}, {"problem", nullptr}};
   std::string lib_name;
   void* ib = open_first({"libibverbs.so.1", "libibverbs.so"}, &lib_name);
   if (!ib) {
-    std::printf("  no libibverbs: %s (install rdma-core / ibverbs-providers)\n", dlerror());
-    return 0;
+    out["problem"] = std::string("no libibverbs: ") + dlerror() + " (install rdma-core / ibverbs-providers)";
+    return out;
   }
+  out["library"] = lib_name;
   using ListFn = void** (*)(int*);
   using FreeFn = void (*)(void**);
   using NameFn = const char* (*)(void*);
@@ -139,78 +150,153 @@ int report_rdma() {
   auto free_list = sym<FreeFn>(ib, "ibv_free_device_list");
   auto get_name = sym<NameFn>(ib, "ibv_get_device_name");
   if (!get_list || !get_name) {
-    std::printf("  %s loaded but ibv_get_device_list/ibv_get_device_name missing\n", lib_name.c_str());
-    return 0;
+    out["problem"] = lib_name + " loaded but ibv_get_device_list/ibv_get_device_name missing";
+    return out;
   }
   int n = 0;
   void** list = get_list(&n);
   if (!list) {
     const int e = errno;
-    std::printf("  %s: no RDMA devices: ibv_get_device_list: %s%s\n", lib_name.c_str(), std::strerror(e),
-                e == ENOSYS ? " (no RDMA support in this kernel or container)" : "");
-    return 0;
+    out["problem"] = std::string("no RDMA devices: ibv_get_device_list: ") + std::strerror(e) +
+                     (e == ENOSYS ? " (no RDMA support in this kernel or container)" : "");
+    return out;
   }
-  if (n == 0) std::printf("  %s: no RDMA devices (no NIC, or /dev/infiniband not visible here)\n", lib_name.c_str());
+  if (n == 0) out["problem"] = "no RDMA devices (no NIC, or /dev/infiniband not visible here)";
   for (int i = 0; i < n; ++i) {
     const char* name = get_name(list[i]);
-    std::string status;
+    json d = {{"name", name ? name : "?"}};
     try {
-      auto dev = kinet::Device::open(name);
-      status = "usable by kinet (provider " + dev->attr().provider + ")";
+      auto dev = kinet::Device::open(name ? name : "");
+      d["usable"] = true;
+      d["detail"] = "provider " + dev->attr().provider;
     } catch (const std::exception& e) {
-      status = std::string("not usable by kinet: ") + e.what();
+      d["usable"] = false;
+      d["detail"] = e.what();
     }
-    std::printf("  %s: %s\n", name ? name : "?", status.c_str());
+    out["devices"].push_back(d);
   }
   if (free_list) free_list(list);
-  return n;
+  return out;
 }
 
 // ---- environment ----------------------------------------------------------
-void report_env() {
-  std::printf("Environment\n");
-  for (const EnvVar& v : kEnvVars) {
+json probe_env() {
+  json vars = json::array();
+  for (const kinet::env::Variable& v : kinet::env::variables()) {
     const char* val = std::getenv(v.name);
-    std::printf("  %-17s %-10s %s\n", v.name, val ? val : "(unset)", v.meaning);
+    vars.push_back({{"name", v.name},
+                    {"value", val ? json(val) : json(nullptr)},
+                    {"default", v.default_value},
+                    {"read_by", v.reader},
+                    {"test_only", v.test_only},
+                    {"meaning", v.meaning}});
   }
-  std::printf("  (bound of waits now: %llu ms)\n", static_cast<unsigned long long>(kinet::default_timeout_ms()));
+  json unknown = json::array();
   for (char** e = environ; e && *e; ++e) {
     if (std::strncmp(*e, "KINET_", 6) != 0) continue;
     std::string name(*e, std::strcspn(*e, "="));
     bool known = false;
-    for (const EnvVar& v : kEnvVars) known |= name == v.name;
-    if (!known) std::printf("  %s is set but not read by this version\n", name.c_str());
+    for (const kinet::env::Variable& v : kinet::env::variables()) known |= name == v.name;
+    if (!known) unknown.push_back(name);
   }
+  return {{"variables", vars}, {"timeout_ms_now", kinet::default_timeout_ms()}, {"set_but_unknown", unknown}};
+}
+
+// ---- text rendering ----------------------------------------------------------
+std::string str(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+
+void print_env(const json& env) {
+  std::printf("Environment (library, providers, tools; then test suite only)\n");
+  for (bool test_only : {false, true})
+    for (const json& v : env["variables"]) {
+      if (v["test_only"].get<bool>() != test_only) continue;
+      std::printf("  %-18s = %-10s default %-7s read by %s%s\n    %s\n", str(v["name"]).c_str(),
+                  v["value"].is_null() ? "(unset)" : str(v["value"]).c_str(), str(v["default"]).c_str(),
+                  str(v["read_by"]).c_str(), test_only ? " (tests only)" : "", str(v["meaning"]).c_str());
+    }
+  std::printf("  (bound of waits now: %s ms)\n", env["timeout_ms_now"].dump().c_str());
+  for (const json& n : env["set_but_unknown"])
+    std::printf("  %s is set but not read by this version\n", str(n).c_str());
+}
+
+void print_report(const json& r) {
+  std::printf("kinet %s\nProviders\n", str(r["version"]).c_str());
+  for (const json& p : r["providers"]) {
+    std::printf("  %-6s %s\n", str(p["name"]).c_str(), str(p["description"]).c_str());
+    if (p["available"].is_null())
+      std::printf("         %s\n", str(p["detail"]).c_str());
+    else if (!p["available"].get<bool>())
+      std::printf("         NOT available: %s\n", str(p["detail"]).c_str());
+    else {
+      const json& d = p["detail"];
+      std::printf("         available: %s (max_qp_wr %s, max_msg %s, GPU memory %s)\n", str(d["device"]).c_str(),
+                  d["max_qp_wr"].dump().c_str(), d["max_msg"].dump().c_str(),
+                  d["gpu_memory"].get<bool>() ? "yes" : "no");
+    }
+  }
+  const json& c = r["cuda"];
+  std::printf("GPU (CUDA runtime via dlopen)\n");
+  if (!c["runtime"].is_null())
+    std::printf("  %s: runtime %s, driver %s\n", str(c["runtime"]["library"]).c_str(),
+                str(c["runtime"]["version"]).c_str(), str(c["runtime"]["driver"]).c_str());
+  if (!c["problem"].is_null()) std::printf("  %s\n", str(c["problem"]).c_str());
+  for (const json& g : c["gpus"])
+    std::printf("  GPU %s: %s, sm_%s, %.0f GiB, PCI %s\n", g["index"].dump().c_str(), str(g["name"]).c_str(),
+                g["sm"].dump().c_str(), g["memory_bytes"].get<double>() / double(1ull << 30), str(g["pci"]).c_str());
+  const json& ib = r["rdma"];
+  std::printf("RDMA (libibverbs via dlopen)\n");
+  if (!ib["problem"].is_null())
+    std::printf("  %s%s\n", ib["library"].is_null() ? "" : (str(ib["library"]) + ": ").c_str(),
+                str(ib["problem"]).c_str());
+  for (const json& d : ib["devices"])
+    std::printf("  %s: %s%s\n", str(d["name"]).c_str(), d["usable"].get<bool>() ? "usable by kinet, " : "not usable by kinet: ",
+                str(d["detail"]).c_str());
+  print_env(r["environment"]);
+  const json& can = r["can_run"];
+  std::printf("Can run here\n");
+  std::printf("  host threads on the software NIC (emu): %s\n", str(can["host_on_emu"]).c_str());
+  std::printf("  GPU kernels on the software NIC:        %s\n", str(can["gpu_on_emu"]).c_str());
+  std::printf("  GPU kernels on an RDMA NIC (GDAKI):     %s\n", str(can["gpu_on_nic"]).c_str());
+}
+
+json can_run(const json& providers, size_t gpus, size_t nics) {
+  bool emu = false;
+  for (const json& p : providers) emu |= p["name"] == "emu" && p["available"] == true;
+  return {{"host_on_emu", emu ? "yes" : "no"},
+          {"gpu_on_emu", !emu ? "no (emu missing)" : gpus > 0 ? "yes (GPU present)" : "no (no usable GPU)"},
+          {"gpu_on_nic", gpus > 0 && nics > 0 ? "maybe: see the RDMA devices above"
+                         : gpus > 0           ? "no (no RDMA device)"
+                         : nics > 0           ? "no (no usable GPU)"
+                                              : "no (no GPU, no RDMA device)"}};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
-      std::printf("Usage: %s\nPrints the kinet version, its providers, the GPUs and RDMA devices found here\n"
-                  "(CUDA and libibverbs are loaded with dlopen) and the environment variables kinet reads.\n",
-                  argv[0]);
+  CLI::App app{"Prints the kinet version, its providers, the GPUs and RDMA devices found here (CUDA and\n"
+               "libibverbs are loaded with dlopen) and the environment variables kinet reads.",
+               "kinet-info"};
+  bool as_json = false, env_only = false, markdown = false;
+  app.add_flag("--json", as_json, "the whole report (or, with --env, the variables) as JSON on stdout");
+  app.add_flag("--env", env_only, "only the environment variables kinet reads, their values and defaults");
+  app.add_flag("--markdown", markdown, "with --env: docs/ENVIRONMENT.md's text")->needs("--env")->excludes("--json");
+  app.set_version_flag("--version", KINET_INFO_VERSION);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (env_only) {
+      if (markdown) std::fputs(kinet::env::markdown().c_str(), stdout);
+      else if (as_json) std::printf("%s\n", probe_env().dump(2).c_str());
+      else print_env(probe_env());
       return 0;
     }
-    std::fprintf(stderr, "%s: unknown argument %s (try --help)\n", argv[0], argv[i]);
-    return 2;
+    json r = {{"version", KINET_INFO_VERSION}, {"providers", probe_providers()}, {"cuda", probe_cuda()},
+              {"rdma", probe_rdma()}, {"environment", probe_env()}};
+    r["can_run"] = can_run(r["providers"], r["cuda"]["gpus"].size(), r["rdma"]["devices"].size());
+    if (as_json) std::printf("%s\n", r.dump(2).c_str());
+    else print_report(r);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kinet-info: %s\n", e.what());
+    return 1;
   }
-  std::printf("kinet %s\n", KINET_INFO_VERSION);
-  std::printf("Providers\n");
-  const bool emu = report_emu();
-  const int gpus = report_cuda();
-  const int nics = report_rdma();
-  report_env();
-
-  std::printf("Can run here\n");
-  std::printf("  host threads on the software NIC (emu): %s\n", emu ? "yes" : "no");
-  std::printf("  GPU kernels on the software NIC:        %s\n",
-              !emu ? "no (emu missing)" : gpus > 0 ? "yes (GPU present)" : "no (no usable GPU)");
-  std::printf("  GPU kernels on an RDMA NIC (GDAKI):     %s\n",
-              gpus > 0 && nics > 0 ? "maybe: see the RDMA devices above"
-              : gpus > 0           ? "no (no RDMA device)"
-              : nics > 0           ? "no (no usable GPU)"
-                                   : "no (no GPU, no RDMA device)");
-  return 0;
 }
