@@ -22,6 +22,19 @@ constexpr Variable kVariables[] = {
      "1 = the software NIC uses the reordering freedoms the PRM gives a NIC: later WQEs overtake unfenced "
      "reads/atomics, delayed CQEs, remote data visible only at completion. On in the test suite",
      "emu provider", false},
+    {"KINET_SOCKET_IFNAME", "first up non-loopback",
+     "network interfaces the bootstrap listens and connects on: comma-separated name prefixes, `=name` for an "
+     "exact name, a leading `^` excludes; loopback is the last resort",
+     "bootstrap", false},
+    {"KINET_SOCKET_FAMILY", "any", "AF_INET or AF_INET6: the address family of the bootstrap's interface",
+     "bootstrap", false},
+    {"KINET_BOOTSTRAP_PORT", "0", "TCP port of the bootstrap root (0: ephemeral)", "bootstrap", false},
+    {"KINET_BOOTSTRAP_TIMEOUT_MS", "30000",
+     "bound in ms of Bootstrap::init and of each bootstrap call; a rank that does not answer within it is named "
+     "in the error",
+     "bootstrap", false},
+    {"KINET_BOOTSTRAP_MAX_FRAME", "1073741824",
+     "largest bootstrap message in bytes; a peer announcing more is treated as lost", "bootstrap", false},
     {"KINET_TEST_SEED", "random", "seed of the tests' random data; every test binary prints the one it used",
      "tests", true},
     {"KINET_TEST_SCALE", "100", "percent applied to stress-loop sizes (the sanitizer builds set it lower)", "tests",
