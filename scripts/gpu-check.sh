@@ -39,7 +39,7 @@ cmake -S . -B "$bd" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKINET_CUDA=ON \
   "-DKINET_CUDA_ARCHITECTURES=$arch" -DKINET_BUILD_TESTS=$tests > "$out/build.log" 2>&1 ||
   { tail -30 "$out/build.log"; exit 1; }
 targets=kinet
-[ "$tests" = ON ] && targets="$targets kinet-gpu-tests"
+[ "$tests" = ON ] && targets="$targets kinet-gpu-tests kinet-gpu-contract"
 [ -z "${SKIP_BENCH:-}" ] && targets="$targets kinet-perf" && [ -f bench/CMakeLists.txt ] && targets="$targets kinet-post-rate"
 cmake --build "$bd" -j "$(nproc)" --target $targets >> "$out/build.log" 2>&1 ||
   { grep -E "error" -A3 "$out/build.log" | head -60; exit 1; }
@@ -57,6 +57,12 @@ rc=0
 echo "== GPU tests: $gt"
 "$gt" 2>&1 | tee "$out/gpu-tests.log"; r=${PIPESTATUS[0]}
 [ "$r" = 77 ] && echo "(skipped: no GPU)" || rc=$((rc | r))
+
+if [ -x "$bd/tests/gpu/kinet-gpu-contract" ]; then  # device-only contracts of the verbs (fake NIC)
+  echo "== GPU verb contracts"
+  "$bd/tests/gpu/kinet-gpu-contract" 2>&1 | tee "$out/gpu-contract.log"; r=${PIPESTATUS[0]}
+  [ "$r" = 77 ] || rc=$((rc | r))
+fi
 
 if [ -z "${SKIP_SANITIZER:-}" ]; then  # the whole GPU suite under each tool
   for tool in memcheck racecheck; do
