@@ -311,12 +311,16 @@ Verdict modify(DevxNic& dn, Qp& qp, Span s, size_t out_len) {
       if (op == cmd::Op::ToErrQp) return {};
       // RESET: the engine forgets the QP's progress; the provider starts its
       // rings over (they are its memory).
-      dn.nic->reset_qp(q, [&] { std::atomic_ref<uint64_t>(*q.db).store(prm::kNoDoorbell, std::memory_order_release); });
+      // The connection is forgotten while neither the engine nor a peer's
+      // responder is inside the QP.
+      dn.nic->reset_qp(q, [&] {
+        std::atomic_ref<uint64_t>(*q.db).store(prm::kNoDoorbell, std::memory_order_release);
+        q.remote_node = 0, q.remote_qpn = 0, q.remote_access = 0;
+      });
       {
         std::lock_guard<std::mutex> e(q.err_mu);
         q.last_error.clear();
       }
-      q.remote_node = 0, q.remote_qpn = 0, q.remote_access = 0;
       qp.rtr = {}, qp.rts = {};
       q.state.store(QpState::Reset, std::memory_order_release);
       return {};
