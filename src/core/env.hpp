@@ -2,6 +2,7 @@
 // docs/ENVIRONMENT.md.
 //   KINET_TIMEOUT_MS  bound of every wait in device verbs and tools (default 10000)
 //   KINET_LOG_LEVEL   error | warn (default) | info | debug
+//   KINET_GID_INDEX   mlx5 on RoCE: the GID table entry QPs use (default: first RoCE v2, IPv4-mapped first)
 #pragma once
 #include <cstdint>
 #include <string>
