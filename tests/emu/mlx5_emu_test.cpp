@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "emu_fixture.hpp"
@@ -315,6 +316,41 @@ TEST(Mlx5Emu, QpsOfOneDeviceKeepTheirOwnRingsAndDoorbells) {
   }
   ASSERT_TRUE(bytes_equal(dst.p(), want.data(), want.size(), "targets of every QP"));
   qa.clear(), qb.clear();
+}
+
+// Host threads sharing one QP (Sharing::Gpu) while the control path answers
+// state() and last_error() through QUERY_QP and the posting state.
+TEST(Mlx5Emu, HostThreadsShareOneQpWhileTheControlPathQueries) {
+  Mlx5Pair p(16);
+  p.connect();
+  constexpr int kThreads = 4;
+  constexpr size_t kSlice = 1024;
+  Region& src = p.reg(true, kThreads * kSlice);
+  Region& dst = p.reg(false, kThreads * kSlice);
+  const dev::QpHandle h = p.qa->handle();
+  const int n = static_cast<int>(scaled(100, 20));
+  std::vector<Status> got(kThreads, Status::Ok);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([&, t] {
+      uint8_t* s = src.p() + t * kSlice;
+      for (int i = 0; i < n && got[t] == Status::Ok; ++i) {
+        std::memset(s, 1 + (t * 31 + i) % 255, kSlice);
+        Ticket tk;
+        got[t] = dev::put<Sharing::Gpu>(h, s, src.lkey(), dst.addr() + t * kSlice, dst.rkey(), kSlice, dev::kSignal,
+                                        &tk);
+        if (got[t] == Status::Ok) got[t] = dev::wait<Sharing::Gpu>(h, tk);
+      }
+    });
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(p.qa->state(), QpState::Rts);
+    EXPECT_EQ(p.qa->last_error(), "");
+  }
+  for (auto& t : ts) t.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(got[t], Status::Ok) << "thread " << t << ": " << p.qa->last_error();
+    EXPECT_TRUE(bytes_equal(dst.p() + t * kSlice, src.p() + t * kSlice, kSlice, "slice of thread " + std::to_string(t)));
+  }
 }
 
 TEST(Mlx5Emu, BadRkeyIsARemoteAccessErrorCqeThroughTheProvidersCq) {
