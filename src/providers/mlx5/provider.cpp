@@ -292,8 +292,8 @@ class Qp final : public QueuePair {
     }
     if (st.error_status != 0)
       return "WQE " + std::to_string(st.error_wqe) + ": " + status_string(static_cast<Status>(st.error_status)) +
-             " (CQE syndrome " + hex(st.error_syndrome) + ", vendor syndrome " + hex(st.error_vendor_syndrome) +
-             ") on " + s_->name() + " QP " + hex(qp_.id());
+             ", CQE syndrome " + hex(st.error_syndrome) + ", vendor syndrome " + hex(st.error_vendor_syndrome) +
+             ", on " + s_->name() + " QP " + hex(qp_.id());
     if (st.local_error != 0)
       return std::string("device verbs: ") + status_string(static_cast<Status>(st.local_error)) + " (status " +
              std::to_string(st.local_error) + ")";
