@@ -15,7 +15,7 @@ bool names(std::string_view name, std::string_view prefix) {
 
 std::unique_ptr<Device> Device::open(std::string_view name, const DeviceOptions& opt) {
   if (names(name, "emu")) return emu::open_device(name, opt);
-  if (names(name, "mlx5_emu")) return mlx5::open_emu_device(name);
+  if (names(name, "mlx5_emu")) return mlx5::open_emu_device(name, opt);
   throw Error(ErrorCode::NotFound, "no RDMA device named '" + std::string(name) +
                                        "': this build knows the software NIC ('emu', 'emuN') and the mlx5 provider "
                                        "over it ('mlx5_emu', 'mlx5_emuN'); rdma-core devices are not wired into "

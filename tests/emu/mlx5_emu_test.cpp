@@ -153,7 +153,7 @@ TEST_F(DevxNic, RejectsWhatItCannotRun) {
 
 struct Mlx5Pair {
   explicit Mlx5Pair(uint32_t depth = 16, const kinet::mlx5::DevxOps* ops_a = nullptr) {
-    da = ops_a ? kinet::mlx5::open_emu_device("mlx5_emu", ops_a) : kinet::Device::open("mlx5_emu");
+    da = ops_a ? kinet::mlx5::open_emu_device("mlx5_emu", {}, ops_a) : kinet::Device::open("mlx5_emu");
     db = kinet::Device::open("mlx5_emu");
     pa = da->alloc_pd();
     pb = db->alloc_pd();
@@ -188,6 +188,47 @@ TEST(Mlx5Emu, OpensThroughDeviceOpen) {
   EXPECT_EQ(d->attr().max_msg, 1u << 30);    // 2^log_max_msg
   const std::string m = error_of([] { kinet::Device::open("mlx5_emux"); }, ErrorCode::NotFound);
   EXPECT_TRUE(has(m, "mlx5_emux")) << m;
+}
+
+// max_msg comes from QUERY_HCA_CAP's log_max_msg, and the verbs split a put
+// above it into several WQEs that all land.
+TEST(Mlx5Emu, MaxMsgFollowsTheCapsAndSplitsTransfers) {
+  KINET_TEST_RNG(rng);
+  kinet::DeviceOptions o;
+  o.emu_max_msg = 4096;
+  std::unique_ptr<kinet::Device> d = kinet::Device::open("mlx5_emu", o);
+  EXPECT_EQ(d->attr().max_msg, 4096u);
+  o.emu_max_msg = 4097;
+  std::string m = error_of([&] { kinet::Device::open("mlx5_emu", o); }, ErrorCode::InvalidArgument);
+  EXPECT_TRUE(has(m, "emu_max_msg 4097 must be a power of two")) << m;
+  o.emu_max_msg = 1u << 30;
+  o.emu_max_qp = 0;
+  error_of([&] { kinet::Device::open("mlx5_emu", o); }, ErrorCode::InvalidArgument);
+
+  auto pd = d->alloc_pd();
+  kinet::QpConfig c = test_qp_config(16);
+  c.max_msg = 4097;
+  m = error_of([&] { pd->create_qp(c); }, ErrorCode::InvalidArgument);
+  EXPECT_TRUE(has(m, "exceeds the device's max_msg 4096")) << m;
+  auto db = kinet::Device::open("mlx5_emu");
+  auto pdb = db->alloc_pd();
+  auto qa = pd->create_qp(test_qp_config(16));
+  auto qb = pdb->create_qp(test_qp_config(16));
+  EXPECT_EQ(qa->handle().max_msg, 4096u);
+  const std::vector<uint8_t> ia = qa->info().serialize(), ib = qb->info().serialize();
+  qa->connect(kinet::QpInfo::deserialize(ib.data(), ib.size()));
+  qb->connect(kinet::QpInfo::deserialize(ia.data(), ia.size()));
+  {
+    const size_t n = 5 * 4096 + 7;  // 6 WQEs
+    Region src = make_region(*pd, n), dst = make_region(*pdb, n);
+    fill_random(rng, src.p(), n);
+    Ticket t;
+    const dev::QpHandle h = qa->handle();
+    ASSERT_EQ(dev::put<S>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), n, dev::kSignal, &t), Status::Ok);
+    ASSERT_EQ(dev::wait<S>(h, t), Status::Ok) << qa->last_error();
+    EXPECT_TRUE(bytes_equal(dst.p(), src.p(), n, "split put"));
+    EXPECT_EQ(dev::quiet<S>(h), Status::Ok);
+  }
 }
 
 TEST(Mlx5Emu, ConnectsThroughTheStates) {

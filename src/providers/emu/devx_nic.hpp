@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "kinet/kinet.hpp"
 #include "providers/mlx5/devx.hpp"
 #include "providers/mlx5/verbs_ops.hpp"
 
@@ -37,9 +38,11 @@ struct DevxNicHandle {
 };
 
 // Opens a new software NIC attached to this process's fabric: `want` = "emu"
-// (first free emuN) or "emuN". Throws BadState if taken, ResourceExhausted if
-// its engine thread can't start.
-DevxNicHandle open_devx_nic(std::string_view want);
+// (first free emuN) or "emuN". From `opt`: emu_max_msg (a power of two in
+// [1, 2^30]: QUERY_HCA_CAP reports it as log_max_msg), emu_max_mr and
+// emu_max_qp (as for "emu"). Throws InvalidArgument for those, BadState if
+// the name is taken, ResourceExhausted if its engine thread can't start.
+DevxNicHandle open_devx_nic(std::string_view want, const DeviceOptions& opt = {});
 const mlx5::DevxOps& devx_nic_ops();
 const mlx5::VerbsOps& devx_nic_verbs();
 }  // namespace kinet::emu

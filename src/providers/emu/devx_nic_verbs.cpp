@@ -126,19 +126,30 @@ const mlx5::VerbsOps kVerbsOps = {close_nic, alloc_pd, dealloc_pd, reg_mr, dereg
 
 const mlx5::VerbsOps& devx_nic_verbs() { return kVerbsOps; }
 
-DevxNicHandle open_devx_nic(std::string_view want) {
+DevxNicHandle open_devx_nic(std::string_view want, const DeviceOptions& opt) {
+  const std::string who = "mlx5_" + std::string(want);
+  const uint32_t m = opt.emu_max_msg;
+  if (m == 0 || (m & (m - 1)) || m > (1u << kDevxLogMaxMsg))
+    throw Error(ErrorCode::InvalidArgument, who + ": open: emu_max_msg " + std::to_string(m) +
+                                                " must be a power of two in [1, 2^30] (the NIC reports log_max_msg)");
+  if (opt.emu_max_mr == 0 || opt.emu_max_mr > kMaxMrLimit)
+    throw Error(ErrorCode::InvalidArgument,
+                who + ": open: emu_max_mr " + std::to_string(opt.emu_max_mr) + " is outside [1, 2^24-1]");
+  if (opt.emu_max_qp == 0 || opt.emu_max_qp > kMaxQpLimit)
+    throw Error(ErrorCode::InvalidArgument,
+                who + ": open: emu_max_qp " + std::to_string(opt.emu_max_qp) + " is outside [1, 2^16-1]");
   auto dn = std::make_unique<DevxNic>();
   auto nic = std::make_shared<Nic>();
   nic->attr.provider = "mlx5";
   nic->attr.max_qp_wr = 1u << kDevxLogMaxQpSz;
-  nic->attr.max_msg = 1u << kDevxLogMaxMsg;
-  nic->attr.max_mr = kMaxMrLimit;
-  nic->attr.max_qp = kMaxQpLimit;
+  nic->attr.max_msg = m;
+  nic->attr.max_mr = opt.emu_max_mr;
+  nic->attr.max_qp = opt.emu_max_qp;
   nic->attr.gpu_memory = cuda::available();
   nic->key_tag = static_cast<uint8_t>(std::random_device{}() | 1);
-  nic->mr_ids.limit = kMaxMrLimit;
+  nic->mr_ids.limit = opt.emu_max_mr;
   nic->mr_ids.first_gen = nic->key_tag;
-  nic->qp_ids.limit = kMaxQpLimit;
+  nic->qp_ids.limit = opt.emu_max_qp;
   fabric().attach(nic, want);
   nic->attr.name = nic->name;
   try {

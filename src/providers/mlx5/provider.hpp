@@ -44,8 +44,10 @@ struct Backend {
 std::unique_ptr<Device> open_device(const Backend& b);
 
 // "mlx5_emu" (a new software NIC, named mlx5_emuN) or "mlx5_emuN": this
-// provider over the software NIC's DevX entry point (devx_nic.hpp).
-// `devx` replaces the NIC's DevX table when not null (tests wrap it to mutate
-// mailboxes on their way to the NIC).
-std::unique_ptr<Device> open_emu_device(std::string_view name, const DevxOps* devx = nullptr);
+// provider over the software NIC's DevX entry point (devx_nic.hpp), which
+// takes opt's emu_* limits (emu_max_msg: a power of two). `devx` replaces
+// the NIC's DevX table when not null (tests wrap it to mutate mailboxes on
+// their way to the NIC).
+std::unique_ptr<Device> open_emu_device(std::string_view name, const DeviceOptions& opt = {},
+                                        const DevxOps* devx = nullptr);
 }  // namespace kinet::mlx5
