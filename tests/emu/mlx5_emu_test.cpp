@@ -231,6 +231,23 @@ TEST(Mlx5Emu, MaxMsgFollowsTheCapsAndSplitsTransfers) {
   }
 }
 
+// The NIC out of QP numbers answers CREATE_QP with "no resources"; the
+// provider frees what it had set up, and a QP number freed is usable again.
+TEST(Mlx5Emu, OutOfQpNumbersIsResourceExhausted) {
+  kinet::DeviceOptions o;
+  o.emu_max_qp = 2;
+  auto d = kinet::Device::open("mlx5_emu", o);
+  auto pd = d->alloc_pd();
+  auto q1 = pd->create_qp(test_qp_config(16));
+  auto q2 = pd->create_qp(test_qp_config(16));
+  const std::string m = error_of([&] { pd->create_qp(test_qp_config(16)); }, ErrorCode::ResourceExhausted);
+  EXPECT_TRUE(has(m, "CREATE_QP failed: status 0xf (no resources)")) << m;
+  q1.reset();
+  auto q3 = pd->create_qp(test_qp_config(16));
+  EXPECT_NE(q3->qpn(), q2->qpn());
+  EXPECT_EQ(q3->state(), QpState::Reset);
+}
+
 TEST(Mlx5Emu, ConnectsThroughTheStates) {
   Mlx5Pair p;
   EXPECT_EQ(p.qa->state(), QpState::Reset);
