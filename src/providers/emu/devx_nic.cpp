@@ -210,7 +210,7 @@ Verdict modify(DevxNic& dn, Qp& qp, Span s, size_t out_len) {
                 "INIT2RTR_QP: port " + std::to_string(p.path.vhca_port_num) + " does not exist (one port, 1)");
       if (!v.ok()) return v;
       // The fabric address is the low half of a link-local GID; any other GID
-      // names no NIC here (node 0 is never assigned... nor reachable).
+      // names no NIC here (~0: unreachable, as an unrouted GID on a network).
       uint64_t node = ~0ull;
       if (std::memcmp(p.path.rgid.data(), kGidPrefix, 8) == 0) {
         node = 0;
