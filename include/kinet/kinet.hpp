@@ -215,7 +215,9 @@ class Device {
  public:
   virtual ~Device() = default;
   // Opens a device by name: "emu" (a new software NIC, named emuN), "emuN",
-  // or an RDMA device name (mlx5 provider, when built). Throws NotFound,
+  // "mlx5_emu" / "mlx5_emuN" (the mlx5 provider, DevX commands and all, over a
+  // new software NIC: provider "mlx5"), or an RDMA device name (mlx5 provider,
+  // when built). Throws NotFound,
   // InvalidArgument (options), ResourceExhausted (memory, threads).
   static std::unique_ptr<Device> open(std::string_view name = "emu", const DeviceOptions& opt = {});
   virtual const DeviceAttr& attr() const = 0;

@@ -22,6 +22,9 @@ constexpr Variable kVariables[] = {
      "1 = the software NIC uses the reordering freedoms the PRM gives a NIC: later WQEs overtake unfenced "
      "reads/atomics, delayed CQEs, remote data visible only at completion. On in the test suite",
      "emu provider", false},
+    {"KINET_GID_INDEX", "first RoCE v2 entry",
+     "mlx5 on RoCE: the GID table index QPs use (default: the first RoCE v2 entry, IPv4-mapped first)",
+     "mlx5 provider", false},
     {"KINET_SOCKET_IFNAME", "first up non-loopback",
      "network interfaces the bootstrap listens and connects on: comma-separated name prefixes, `=name` for an "
      "exact name, a leading `^` excludes; loopback is the last resort",

@@ -78,6 +78,9 @@ struct EmuQp {
   uint32_t* cq_dbrec = nullptr;  // [0]: consumer index
   uint8_t* block = nullptr;      // one allocation holding all of the above
   bool block_on_gpu = false;
+  // The rings, records and doorbell word belong to someone else (the DevX
+  // entry point, devx_nic.cpp: UMEM and UAR memory): ~EmuQp frees none of them.
+  bool external_rings = false;
   dev::SqState* gpu_state = nullptr;  // posters == Gpu with host rings: the state alone in GPU memory
   // Control state.
   std::atomic<QpState> state{QpState::Reset};
@@ -208,5 +211,11 @@ Fabric& fabric();  // this process's fabric
 std::shared_mutex& memory_guard();
 
 std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt);
+
+// ibv_reg_mr's check of host memory: every byte of [addr, addr+len) (no wrap)
+// mapped and readable, and writable when `write`; else throws InvalidArgument
+// naming the first bad byte (ResourceExhausted / System when /proc/self/maps
+// can't be read). `who` prefixes the message.
+void check_mapping(const std::string& who, uint64_t addr, uint64_t len, bool write);
 
 }  // namespace kinet::emu

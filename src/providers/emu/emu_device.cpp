@@ -44,51 +44,6 @@ auto guarded(const std::string& who, const char* op, F&& f) -> decltype(f()) {
   }
 }
 
-// ibv_reg_mr's check of host memory: every byte of [addr, addr+len) mapped
-// and readable, and writable when `write`. Reads /proc/self/maps (sorted by
-// address); without it (not Linux) nothing is checked.
-void check_mapping(const std::string& who, uint64_t addr, uint64_t len, bool write) {
-  FILE* f = std::fopen("/proc/self/maps", "re");
-  if (!f) {
-    const int err = errno;
-    if (err == ENOENT || err == EACCES) return;  // no procfs (not Linux): nothing to check against
-    throw Error(err == ENOMEM || err == EMFILE || err == ENFILE ? ErrorCode::ResourceExhausted : ErrorCode::System,
-                who + ": reg_mr: can't read /proc/self/maps: " + std::strerror(err));
-  }
-  const uint64_t last = addr + (len - 1);  // no wrap: checked by the caller
-  uint64_t pos = addr;                     // first byte not yet found mapped
-  bool done = false;                       // pos passed `last` (pos itself may have wrapped to 0)
-  char* line = nullptr;
-  size_t cap = 0;
-  std::string why;
-  errno = 0;
-  while (!done && getline(&line, &cap, f) > 0) {
-    unsigned long long lo = 0, hi = 0;
-    char perms[5] = {};
-    if (std::sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) != 3 || hi <= pos) continue;
-    if (lo > pos) break;  // a hole at pos
-    const char* hole = perms[0] != 'r' ? "is not readable (first unreadable byte "
-                       : write && perms[1] != 'w' ? "is read-only but local write access needs a writable mapping "
-                                                    "(first read-only byte "
-                                                  : nullptr;
-    if (hole) {
-      why = hole + hex(pos) + ")";
-      break;
-    }
-    done = hi - 1 >= last;
-    pos = hi;
-  }
-  const bool nomem = errno == ENOMEM;
-  std::free(line);
-  std::fclose(f);
-  const std::string range = "[" + hex(addr) + ", +" + std::to_string(len) + ")";
-  if (nomem) throw Error(ErrorCode::ResourceExhausted, who + ": reg_mr: out of memory reading /proc/self/maps");
-  if (!why.empty()) throw Error(ErrorCode::InvalidArgument, who + ": reg_mr: " + range + " " + why);
-  if (!done)
-    throw Error(ErrorCode::InvalidArgument,
-                who + ": reg_mr: " + range + " is not mapped (first unmapped byte " + hex(pos) + ")");
-}
-
 // Returns an id (MR key index or QPN index) to its space once the object
 // that held it is gone: a member, so it runs after the destructor's body
 // has removed the id from the NIC's tables.
@@ -515,6 +470,50 @@ class EmuDevice final : public Device {
 };
 }  // namespace
 
+// Reads /proc/self/maps (sorted by address); without it (not Linux) nothing
+// is checked.
+void check_mapping(const std::string& who, uint64_t addr, uint64_t len, bool write) {
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) {
+    const int err = errno;
+    if (err == ENOENT || err == EACCES) return;  // no procfs (not Linux): nothing to check against
+    throw Error(err == ENOMEM || err == EMFILE || err == ENFILE ? ErrorCode::ResourceExhausted : ErrorCode::System,
+                who + ": reg_mr: can't read /proc/self/maps: " + std::strerror(err));
+  }
+  const uint64_t last = addr + (len - 1);  // no wrap: checked by the caller
+  uint64_t pos = addr;                     // first byte not yet found mapped
+  bool done = false;                       // pos passed `last` (pos itself may have wrapped to 0)
+  char* line = nullptr;
+  size_t cap = 0;
+  std::string why;
+  errno = 0;
+  while (!done && getline(&line, &cap, f) > 0) {
+    unsigned long long lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) != 3 || hi <= pos) continue;
+    if (lo > pos) break;  // a hole at pos
+    const char* hole = perms[0] != 'r' ? "is not readable (first unreadable byte "
+                       : write && perms[1] != 'w' ? "is read-only but local write access needs a writable mapping "
+                                                    "(first read-only byte "
+                                                  : nullptr;
+    if (hole) {
+      why = hole + hex(pos) + ")";
+      break;
+    }
+    done = hi - 1 >= last;
+    pos = hi;
+  }
+  const bool nomem = errno == ENOMEM;
+  std::free(line);
+  std::fclose(f);
+  const std::string range = "[" + hex(addr) + ", +" + std::to_string(len) + ")";
+  if (nomem) throw Error(ErrorCode::ResourceExhausted, who + ": reg_mr: out of memory reading /proc/self/maps");
+  if (!why.empty()) throw Error(ErrorCode::InvalidArgument, who + ": reg_mr: " + range + " " + why);
+  if (!done)
+    throw Error(ErrorCode::InvalidArgument,
+                who + ": reg_mr: " + range + " is not mapped (first unmapped byte " + hex(pos) + ")");
+}
+
 bool IdSpace::take(uint32_t* id) {
   if (live >= limit) return false;
   for (;;) {
@@ -539,6 +538,7 @@ void IdSpace::release(uint32_t index) {
 }
 
 EmuQp::~EmuQp() {
+  if (external_rings) return;
   if (block_on_gpu) cuda::free_device(block);
   else cuda::free_pinned(block);
   cuda::free_pinned(dbrec);

@@ -36,6 +36,10 @@ enum class PrmStatus : uint8_t {
   Ok = 0x00,
   BadOp = 0x02,
   BadParam = 0x03,
+  BadResource = 0x05,   // an object the command names does not exist (devx_nic.cpp)
+  ResourceBusy = 0x06,  // ... or is bound to another object
+  NoResources = 0x0f,   // every QP / CQ number is in use
+  BadQpState = 0x10,    // a transition from a state it does not start from
   BadInputLen = 0x50,
   BadOutputLen = 0x51,
 };

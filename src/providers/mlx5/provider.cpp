@@ -1,0 +1,466 @@
+// kinet — the mlx5 provider over DevxOps + VerbsOps (see provider.hpp).
+#include "providers/mlx5/provider.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <mutex>
+
+#include "core/cuda_shim.hpp"
+#include "core/log.hpp"
+#include "kinet/mlx5/wire.hpp"
+
+namespace kinet::mlx5 {
+namespace {
+namespace c = cmd;
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+bool is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
+uint32_t log2u(uint64_t v) { return static_cast<uint32_t>(63 - __builtin_clzll(v)); }
+std::string errno_text(int err) { return "errno " + std::to_string(err) + ": " + std::strerror(err); }
+
+constexpr uint32_t kMaxLogSq = 15;   // qpc.log_sq_size is 4 bits
+constexpr uint32_t kMaxLogMsg = 30;  // the device verbs carry at most 2^30 bytes per WQE
+constexpr uint8_t kRetry = 7, kRnrRetry = 7, kAckTimeout = 14, kMinRnrNak = 12;
+
+// Everything the device's objects share. ctx is closed when the last of them goes.
+struct Shared {
+  explicit Shared(const Backend& b) : be(b), devx(b.ctx, b.name, *b.devx) {}
+  ~Shared() { be.verbs->close(be.ctx); }
+  Shared(const Shared&) = delete;
+  Backend be;
+  std::mutex mu;  // serialises every call into the tables (Devx is not thread-safe)
+  Devx devx;
+  std::atomic<bool> closed{false};  // the Device object is gone
+  DeviceAttr attr;
+  c::HcaCaps caps;
+  c::AtomicCaps atomic;
+  PortInfo port;
+  uint8_t log_max_msg = 0;
+
+  const std::string& name() const { return be.name; }
+  void check_open(const std::string& who, const char* op) const {
+    if (closed.load(std::memory_order_acquire))
+      throw Error(ErrorCode::BadState, who + ": " + op + ": " + be.name + " was closed");
+  }
+};
+
+// A PD, freed when its last user (the PD object, an MR, a QP) goes.
+struct PdRes {
+  std::shared_ptr<Shared> s;
+  ibv_pd* pd = nullptr;
+  uint32_t pdn = 0;
+  ~PdRes() {
+    if (!s || !pd) return;  // alloc_pd failed: nothing to free
+    std::lock_guard<std::mutex> g(s->mu);
+    if (const int rc = s->be.verbs->dealloc_pd(pd); rc != 0)
+      KINET_LOG(Error, "%s: freeing PD %u failed (%s)", s->name().c_str(), pdn, errno_text(rc).c_str());
+  }
+};
+
+class Mr final : public MemoryRegion {
+ public:
+  Mr(std::shared_ptr<PdRes> pd, ibv_mr* mr, void* addr, size_t len, uint32_t access, MemoryKind kind, uint32_t lkey,
+     uint32_t rkey)
+      : pd_(std::move(pd)), mr_(mr), addr_(addr), len_(len), access_(access), kind_(kind), lkey_(lkey), rkey_(rkey) {}
+  ~Mr() override {
+    std::lock_guard<std::mutex> g(pd_->s->mu);
+    if (const int rc = pd_->s->be.verbs->dereg_mr(mr_); rc != 0)
+      KINET_LOG(Error, "%s: deregistering key %s failed (%s)", pd_->s->name().c_str(), hex(lkey_).c_str(),
+                errno_text(rc).c_str());
+  }
+  void* addr() const override { return addr_; }
+  size_t length() const override { return len_; }
+  uint32_t access() const override { return access_; }
+  MemoryKind kind() const override { return kind_; }
+  uint32_t lkey_value() const override { return lkey_; }
+  uint32_t rkey_value() const override { return rkey_; }
+
+ private:
+  std::shared_ptr<PdRes> pd_;
+  ibv_mr* mr_;
+  void* addr_;
+  size_t len_;
+  uint32_t access_;
+  MemoryKind kind_;
+  uint32_t lkey_, rkey_;
+};
+
+// One block of pinned host memory per QP, registered as one UMEM:
+//   [0, n*64)         send ring
+//   [n*64, 2n*64)     CQ (n CQEs: the engine's and the verbs' one CQE per slot)
+//   +0 / +64          QP doorbell record ([1] = send counter) / CQ doorbell record ([0] = consumer index)
+struct Layout {
+  size_t sq = 0, cq = 0, qp_dbr = 0, cq_dbr = 0, bytes = 0;
+  explicit Layout(uint32_t n) {
+    cq = size_t(n) * kSendWqeBB;
+    qp_dbr = cq + size_t(n) * kCqeSize;
+    cq_dbr = qp_dbr + 64;
+    bytes = cq_dbr + 64;
+  }
+};
+
+class Qp final : public QueuePair {
+ public:
+  Qp(std::shared_ptr<PdRes> pd, const QpConfig& cfg) : pd_(std::move(pd)), s_(pd_->s), cfg_(cfg) {
+    log_n_ = log2u(cfg.sq_depth);
+    lay_ = Layout(cfg.sq_depth);
+    if (cfg.posters == Posters::Gpu) {
+      if (!cuda::available())
+        throw Error(ErrorCode::NotSupported, s_->name() + ": create_qp: posters == Gpu needs a GPU");
+      state_ = static_cast<dev::SqState*>(cuda::alloc_device(sizeof(dev::SqState)));
+      state_on_gpu_ = true;
+    } else {
+      state_ = static_cast<dev::SqState*>(cuda::alloc_pinned(sizeof(dev::SqState)));
+    }
+    try {
+      block_ = static_cast<uint8_t*>(cuda::alloc_pinned(lay_.bytes));
+      init_rings();
+      std::lock_guard<std::mutex> g(s_->mu);
+      Devx& dx = s_->devx;
+      umem_ = dx.register_umem(block_, lay_.bytes, kLocalWrite);
+      uar_ = dx.alloc_uar(1);  // non-cached doorbell page
+      c::CreateCq cq;
+      cq.log_cq_size = static_cast<uint8_t>(log_n_);
+      cq.uar_page = uar_.page_id;
+      cq.cq_umem_valid = cq.dbr_umem_valid = true;
+      cq.cq_umem_id = cq.dbr_umem_id = umem_.id;
+      cq.cq_umem_offset = lay_.cq;
+      cq.dbr_addr = lay_.cq_dbr;
+      cq_ = dx.create_cq(cq);
+      c::CreateQp qp;
+      qp.pd = pd_->pdn;
+      qp.log_msg_max = s_->log_max_msg;
+      qp.log_sq_size = static_cast<uint8_t>(log_n_);
+      qp.uar_page = uar_.page_id;
+      qp.cqn_snd = qp.cqn_rcv = cq_.id();
+      qp.dbr_umem_valid = qp.wq_umem_valid = true;
+      qp.dbr_umem_id = qp.wq_umem_id = umem_.id;
+      qp.dbr_addr = lay_.qp_dbr;
+      qp.wq_umem_offset = lay_.sq;
+      qp_ = dx.create_qp(qp);
+    } catch (...) {
+      release();
+      throw;
+    }
+    KINET_LOG(Debug, "%s: created QP %s (CQ %s) depth %u", s_->name().c_str(), hex(qp_.id()).c_str(),
+              hex(cq_.id()).c_str(), cfg.sq_depth);
+  }
+  // DESTROY_QP first (the NIC flushes what was announced and lets go of the
+  // rings), then the CQ, the UAR and the UMEM, then the memory.
+  ~Qp() override { release(); }
+
+  uint32_t qpn() const override { return qp_.id(); }
+  QpState state() const override {
+    std::lock_guard<std::mutex> g(s_->mu);
+    try {
+      switch (static_cast<c::QpState>(s_->devx.query_qp(const_cast<Devx::Object&>(qp_)).state)) {
+        case c::QpState::Rst: return QpState::Reset;
+        case c::QpState::Init: return QpState::Init;
+        case c::QpState::Rtr: return QpState::Rtr;
+        case c::QpState::Rts: return QpState::Rts;
+        default: return QpState::Error;
+      }
+    } catch (const Error& e) {
+      KINET_LOG(Error, "%s", e.what());
+      return QpState::Error;
+    }
+  }
+  QpInfo info() const override {
+    s_->check_open(who(), "info");
+    QpInfo i{};
+    i.magic = QpInfo::kMagic;
+    i.version = 1;
+    i.provider = 2;
+    for (int k = 0; k < 8; ++k) i.node = i.node << 8 | s_->port.gid[k];  // the subnet prefix
+    std::memcpy(i.gid, s_->port.gid, 16);
+    i.qpn = qp_.id();
+    i.psn = 0;
+    i.lid = s_->port.lid;
+    i.mtu = s_->port.active_mtu;
+    i.port = 1;
+    return i;
+  }
+  void to_init(uint32_t remote_access) override {
+    s_->check_open(who(), "to_init");
+    if (remote_access & ~uint32_t(kAccessAll))
+      throw Error(ErrorCode::InvalidArgument, who() + ": to_init: unknown access bits " + hex(remote_access));
+    c::Rst2InitQp p;
+    p.port = 1;
+    p.rre = remote_access & kRemoteRead;
+    p.rwe = remote_access & kRemoteWrite;
+    p.rae = remote_access & kRemoteAtomic;
+    if (p.rae) p.atomic_mode = static_cast<uint8_t>(c::AtomicMode::Up8Bytes);
+    std::lock_guard<std::mutex> g(s_->mu);
+    s_->devx.rst2init(qp_, p);
+  }
+  void to_rtr(const QpInfo& r) override {
+    s_->check_open(who(), "to_rtr");
+    try {
+      r.validate();
+    } catch (const Error& e) {
+      throw Error(e.code(), who() + ": to_rtr: remote " + e.what());
+    }
+    if (r.provider != 2)
+      throw Error(ErrorCode::NotSupported, who() + ": to_rtr: remote QP belongs to provider " +
+                                               std::to_string(r.provider) + ", mlx5 connects only to mlx5");
+    c::Init2RtrQp p;
+    p.mtu = std::min(r.mtu, s_->port.active_mtu);
+    p.log_msg_max = s_->log_max_msg;
+    p.remote_qpn = r.qpn;
+    p.next_rcv_psn = r.psn;
+    p.min_rnr_nak = kMinRnrNak;
+    p.log_rra_max = static_cast<uint8_t>(std::min<uint32_t>(s_->caps.log_max_ra_res_qp, 7));
+    p.path.vhca_port_num = 1;
+    if (s_->port.ethernet) {  // RoCE v2: routed by GID
+      p.path.grh = true;
+      std::memcpy(p.path.rgid.data(), r.gid, 16);
+      p.path.src_addr_index = s_->port.gid_index;
+      p.path.hop_limit = 64;
+      p.path.udp_sport = static_cast<uint16_t>(0xc000 | (qp_.id() & 0x3fff));  // spread flows over ECMP paths
+    } else {
+      p.path.rlid = r.lid;
+    }
+    std::lock_guard<std::mutex> g(s_->mu);
+    s_->devx.init2rtr(qp_, p);
+  }
+  void to_rts() override {
+    s_->check_open(who(), "to_rts");
+    c::Rtr2RtsQp p;
+    p.next_send_psn = 0;
+    p.log_sra_max = static_cast<uint8_t>(std::min<uint32_t>(s_->caps.log_max_ra_req_qp, 7));
+    p.retry_count = kRetry;
+    p.rnr_retry = kRnrRetry;
+    p.ack_timeout = kAckTimeout;
+    std::lock_guard<std::mutex> g(s_->mu);
+    s_->devx.rtr2rts(qp_, p);
+  }
+  void to_error() override {
+    s_->check_open(who(), "to_error");
+    std::lock_guard<std::mutex> g(s_->mu);
+    s_->devx.to_err(qp_);
+  }
+  void reset() override {
+    s_->check_open(who(), "reset");
+    std::lock_guard<std::mutex> g(s_->mu);
+    s_->devx.to_rst(qp_);
+    init_rings();  // the NIC forgot its progress: the rings start over, empty
+  }
+  dev::QpHandle handle() const override {
+    s_->check_open(who(), "handle");
+    dev::QpHandle h{};
+    h.sq = block_ + lay_.sq;
+    h.dbrec = reinterpret_cast<uint32_t*>(block_ + lay_.qp_dbr);
+    h.db = static_cast<uint64_t*>(uar_.reg_addr);
+    h.state = state_;
+    h.cq.cqes = reinterpret_cast<Cqe64*>(block_ + lay_.cq);
+    h.cq.dbrec = reinterpret_cast<uint32_t*>(block_ + lay_.cq_dbr);
+    h.cq.log_n = log_n_;
+    h.cq.cqn = cq_.id();
+    constexpr uint64_t kMaxMs = std::numeric_limits<uint64_t>::max() / 1000000ull;
+    h.timeout_ns = cfg_.timeout_ms > kMaxMs ? std::numeric_limits<uint64_t>::max() : cfg_.timeout_ms * 1000000ull;
+    h.log_n = log_n_;
+    h.qpn = qp_.id();
+    h.qpn_be8 = kinet::detail::bswap32_constexpr(qp_.id() << 8);
+    h.max_msg = cfg_.max_msg;
+    h.signal_period = cfg_.signal_period;
+    h.rings_in_gpu_memory = 0;
+    return h;
+  }
+  std::string last_error() const override {
+    dev::SqState st{};
+    try {
+      if (state_on_gpu_) {
+        cuda::copy(&st, state_, sizeof st);
+      } else {  // host threads may be posting: error_status is released after the fields it publishes
+        st.error_status = std::atomic_ref<int32_t>(state_->error_status).load(std::memory_order_acquire);
+        if (st.error_status != 0) {
+          st.error_wqe = state_->error_wqe;
+          st.error_syndrome = state_->error_syndrome;
+          st.error_vendor_syndrome = state_->error_vendor_syndrome;
+        }
+        st.local_error = std::atomic_ref<uint8_t>(state_->local_error).load(std::memory_order_acquire);
+      }
+    } catch (const Error& e) {
+      return std::string("device verbs: can't read the posting state: ") + e.what();
+    }
+    if (st.error_status != 0)
+      return "WQE " + std::to_string(st.error_wqe) + ": " + status_string(static_cast<Status>(st.error_status)) +
+             ", CQE syndrome " + hex(st.error_syndrome) + ", vendor syndrome " + hex(st.error_vendor_syndrome) +
+             ", on " + s_->name() + " QP " + hex(qp_.id());
+    if (st.local_error != 0)
+      return std::string("device verbs: ") + status_string(static_cast<Status>(st.local_error)) + " (status " +
+             std::to_string(st.local_error) + ")";
+    return {};
+  }
+
+ private:
+  std::shared_ptr<PdRes> pd_;
+  std::shared_ptr<Shared> s_;
+  QpConfig cfg_;
+  uint32_t log_n_ = 0;
+  Layout lay_{2};
+  uint8_t* block_ = nullptr;
+  dev::SqState* state_ = nullptr;
+  bool state_on_gpu_ = false;
+  Devx::Umem umem_;
+  Devx::Uar uar_;
+  Devx::Object cq_, qp_;
+
+  std::string who() const { return s_->name() + " QP " + hex(qp_.id()); }
+  // RESET contents: records and posting state zero, every CQE invalid with
+  // owner 1 so the first lap (owner 0) is recognised.
+  void init_rings() {
+    const size_t n = cfg_.sq_depth;
+    std::memset(block_ + lay_.qp_dbr, 0, 8);
+    std::memset(block_ + lay_.cq_dbr, 0, 8);
+    std::memset(block_ + lay_.cq, 0, n * kCqeSize);
+    for (size_t i = 0; i < n; ++i) block_[lay_.cq + i * kCqeSize + 63] = kCqeInitOpOwn;
+    const dev::SqState zero{};
+    if (state_on_gpu_) cuda::copy(state_, &zero, sizeof zero);
+    else std::memcpy(state_, &zero, sizeof zero);
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> g(s_->mu);
+      qp_.reset();
+      cq_.reset();
+      uar_.reset();
+      umem_.reset();
+    }
+    cuda::free_pinned(block_);
+    block_ = nullptr;
+    if (state_on_gpu_) cuda::free_device(state_);
+    else cuda::free_pinned(state_);
+    state_ = nullptr;
+  }
+};
+
+class Pd final : public ProtectionDomain {
+ public:
+  explicit Pd(std::shared_ptr<PdRes> pd) : pd_(std::move(pd)) {}
+  std::unique_ptr<MemoryRegion> reg_mr(void* addr, size_t len, uint32_t access) override {
+    Shared& s = *pd_->s;
+    s.check_open(s.name(), "reg_mr");
+    const uint64_t a = reinterpret_cast<uint64_t>(addr);
+    const std::string range = "[" + hex(a) + ", +" + std::to_string(len) + ")";
+    if (!addr || len == 0)
+      throw Error(ErrorCode::InvalidArgument, s.name() + ": reg_mr: empty range " + range);
+    if (access & ~uint32_t(kAccessAll))
+      throw Error(ErrorCode::InvalidArgument, s.name() + ": reg_mr: unknown access bits " + hex(access));
+    if ((access & (kRemoteWrite | kRemoteAtomic)) && !(access & kLocalWrite))
+      throw Error(ErrorCode::InvalidArgument,
+                  s.name() + ": reg_mr: remote write or atomic access requires local write (as in ibv_reg_mr)");
+    if (len - 1 > std::numeric_limits<uint64_t>::max() - a)
+      throw Error(ErrorCode::InvalidArgument, s.name() + ": reg_mr: " + range + " wraps the address space");
+    const MemoryKind kind = cuda::pointer_kind(addr);
+    uint32_t lkey = 0, rkey = 0;
+    ibv_mr* mr = nullptr;
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      mr = s.be.verbs->reg_mr(pd_->pd, addr, len, access, &lkey, &rkey);
+    }
+    if (!mr) {
+      const int err = errno;
+      const ErrorCode code = err == ENOMEM ? ErrorCode::ResourceExhausted
+                             : err == EOPNOTSUPP ? ErrorCode::NotSupported
+                                                 : ErrorCode::InvalidArgument;
+      throw Error(code, s.name() + ": reg_mr: " + range + " was refused (" + errno_text(err) +
+                            (err == EFAULT ? ": not mapped, or not writable with local write access)" : ")"));
+    }
+    return std::make_unique<Mr>(pd_, mr, addr, len, access, kind, lkey, rkey);
+  }
+  std::unique_ptr<QueuePair> create_qp(const QpConfig& in) override {
+    Shared& s = *pd_->s;
+    s.check_open(s.name(), "create_qp");
+    QpConfig cfg = in;
+    const uint32_t max_wr = s.attr.max_qp_wr;
+    if (!is_pow2(cfg.sq_depth) || cfg.sq_depth < 2 || cfg.sq_depth > max_wr)
+      throw Error(ErrorCode::InvalidArgument, s.name() + ": create_qp: sq_depth " + std::to_string(cfg.sq_depth) +
+                                                  " must be a power of two in [2, " + std::to_string(max_wr) + "]");
+    if (cfg.signal_period == 0) cfg.signal_period = cfg.sq_depth >= 4 ? cfg.sq_depth / 4 : 1;
+    if (!is_pow2(cfg.signal_period) || cfg.signal_period > cfg.sq_depth / 2)
+      throw Error(ErrorCode::InvalidArgument, s.name() + ": create_qp: signal_period " +
+                                                  std::to_string(cfg.signal_period) +
+                                                  " must be a power of two <= sq_depth/2");
+    if (cfg.max_msg > s.attr.max_msg)
+      throw Error(ErrorCode::InvalidArgument, s.name() + ": create_qp: max_msg " + std::to_string(cfg.max_msg) +
+                                                  " exceeds the device's max_msg " + std::to_string(s.attr.max_msg));
+    if (cfg.max_msg == 0) cfg.max_msg = s.attr.max_msg;
+    if (cfg.timeout_ms == 0) cfg.timeout_ms = default_timeout_ms();
+    if (cfg.rings == RingPlacement::Gpu)
+      throw Error(ErrorCode::NotSupported, s.name() + ": create_qp: rings in GPU memory (UMEM over GPU memory) are "
+                                                      "not implemented by the mlx5 provider yet; use RingPlacement::Host");
+    return std::make_unique<Qp>(pd_, cfg);
+  }
+
+ private:
+  std::shared_ptr<PdRes> pd_;
+};
+
+class Mlx5Device final : public Device {
+ public:
+  explicit Mlx5Device(std::shared_ptr<Shared> s) : s_(std::move(s)) {}
+  ~Mlx5Device() override { s_->closed.store(true, std::memory_order_release); }
+  const DeviceAttr& attr() const override { return s_->attr; }
+  std::unique_ptr<ProtectionDomain> alloc_pd() override {
+    s_->check_open(s_->name(), "alloc_pd");
+    auto res = std::make_shared<PdRes>();
+    {
+      std::lock_guard<std::mutex> g(s_->mu);
+      res->pd = s_->be.verbs->alloc_pd(s_->be.ctx, &res->pdn);
+    }
+    if (!res->pd) {
+      const int err = errno;
+      throw Error(err == ENOMEM ? ErrorCode::ResourceExhausted : ErrorCode::System,
+                  s_->name() + ": alloc_pd failed (" + errno_text(err) + ")");
+    }
+    res->s = s_;
+    return std::make_unique<Pd>(std::move(res));
+  }
+
+ private:
+  std::shared_ptr<Shared> s_;
+};
+}  // namespace
+
+std::unique_ptr<Device> open_device(const Backend& b) {
+  if (!b.ctx || !b.devx || !b.verbs)
+    throw Error(ErrorCode::InvalidArgument, b.name + ": open: the device context and both entry-point tables are "
+                                                     "required");
+  std::shared_ptr<Shared> s;
+  try {
+    s = std::make_shared<Shared>(b);
+  } catch (...) {
+    b.verbs->close(b.ctx);
+    throw;
+  }
+  std::lock_guard<std::mutex> g(s->mu);
+  s->caps = s->devx.query_general_caps();
+  s->atomic = s->devx.query_atomic_caps();
+  if (const int rc = b.verbs->query_port(b.ctx, 1, &s->port); rc != 0)
+    throw Error(ErrorCode::System, b.name + ": open: querying port 1 failed (" + errno_text(rc) + ")");
+  if (!s->caps.atomic || !(s->atomic.atomic_size_qp & (1u << 3)) || (s->atomic.atomic_operations & 3) != 3)
+    throw Error(ErrorCode::NotSupported, b.name + ": open: the device has no 8-byte compare-swap and fetch-add on RC "
+                                                  "QPs (atomic caps: operations " +
+                                             hex(s->atomic.atomic_operations) + ", sizes " +
+                                             hex(s->atomic.atomic_size_qp) + ")");
+  if (s->port.active_mtu < 1 || s->port.active_mtu > 5)
+    throw Error(ErrorCode::System, b.name + ": open: port 1 reports MTU code " + std::to_string(s->port.active_mtu));
+  s->log_max_msg = static_cast<uint8_t>(std::min<uint32_t>(s->caps.log_max_msg, kMaxLogMsg));
+  s->attr.name = b.name;
+  s->attr.provider = "mlx5";
+  s->attr.max_qp_wr = 1u << std::min<uint32_t>(s->caps.log_max_qp_sz, kMaxLogSq);
+  s->attr.max_msg = 1u << s->log_max_msg;
+  s->attr.gpu_memory = false;  // GPU memory registration (dma-buf / peermem) is not wired yet
+  s->attr.max_mr = (1u << 24) - 1;
+  s->attr.max_qp = 1u << std::min<uint32_t>(s->caps.log_max_qp, 24);
+  return std::make_unique<Mlx5Device>(s);
+}
+}  // namespace kinet::mlx5

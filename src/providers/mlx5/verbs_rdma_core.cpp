@@ -1,0 +1,126 @@
+// kinet — VerbsOps over libibverbs + mlx5dv (library kinet_mlx5), and the
+// opening of a real device as a provider Backend.
+#include <infiniband/mlx5dv.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "core/env.hpp"
+#include "core/log.hpp"
+#include "providers/mlx5/provider.hpp"
+#include "providers/mlx5/rdma_core.hpp"
+
+namespace kinet::mlx5 {
+namespace {
+
+void close_ctx(ibv_context* ctx) {
+  if (const int rc = ibv_close_device(ctx); rc != 0) KINET_LOG(Error, "ibv_close_device failed (errno %d)", rc);
+}
+
+ibv_pd* alloc_pd(ibv_context* ctx, uint32_t* pdn) {
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  if (!pd) return nullptr;
+  mlx5dv_pd dv{};
+  mlx5dv_obj obj{};
+  obj.pd.in = pd;
+  obj.pd.out = &dv;
+  if (const int rc = mlx5dv_init_obj(&obj, MLX5DV_OBJ_PD); rc != 0) {
+    ibv_dealloc_pd(pd);
+    errno = rc > 0 ? rc : EINVAL;
+    return nullptr;
+  }
+  *pdn = dv.pdn;
+  return pd;
+}
+
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t len, uint32_t access, uint32_t* lkey, uint32_t* rkey) {
+  ibv_mr* mr = ibv_reg_mr(pd, addr, len, static_cast<int>(access));
+  if (mr) *lkey = mr->lkey, *rkey = mr->rkey;
+  return mr;
+}
+
+// The GID entry QPs use on an Ethernet port: $KINET_GID_INDEX when set, else
+// the first RoCE v2 entry, preferring an IPv4-mapped address (::ffff:a.b.c.d)
+// the way RoCE deployments usually route.
+int pick_gid(ibv_context* ctx, uint8_t port, const ibv_port_attr& pa, PortInfo* out) {
+  const uint64_t forced = env::get_u64("KINET_GID_INDEX", ~0ull);
+  int best = -1;
+  ibv_gid_entry best_e{};
+  for (int i = 0; i < pa.gid_tbl_len; ++i) {
+    ibv_gid_entry e{};
+    if (ibv_query_gid_ex(ctx, port, i, &e, 0) != 0) continue;  // an empty entry
+    if (forced != ~0ull) {
+      if (uint64_t(i) != forced) continue;
+      best = i, best_e = e;
+      break;
+    }
+    if (e.gid_type != IBV_GID_TYPE_ROCE_V2) continue;
+    static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    const bool mapped = std::memcmp(e.gid.raw, v4, 12) == 0;
+    if (best < 0 || mapped) best = i, best_e = e;
+    if (mapped) break;
+  }
+  if (best < 0) return ENOENT;
+  out->gid_index = static_cast<uint8_t>(best);
+  std::memcpy(out->gid, best_e.gid.raw, 16);
+  return 0;
+}
+
+int query_port(ibv_context* ctx, uint8_t port, PortInfo* out) {
+  ibv_port_attr pa{};
+  if (const int rc = ibv_query_port(ctx, port, &pa); rc != 0) return rc;
+  *out = {};
+  out->ethernet = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+  out->lid = pa.lid;
+  out->active_mtu = static_cast<uint8_t>(pa.active_mtu);
+  if (out->ethernet) return pick_gid(ctx, port, pa, out);
+  ibv_gid g{};
+  if (const int rc = ibv_query_gid(ctx, port, 0, &g); rc != 0) return rc;
+  std::memcpy(out->gid, g.raw, 16);
+  return 0;
+}
+
+const VerbsOps kVerbs = {close_ctx, alloc_pd, ibv_dealloc_pd, reg_mr, ibv_dereg_mr, query_port};
+}  // namespace
+
+const VerbsOps& rdma_core_verbs() { return kVerbs; }
+
+std::unique_ptr<Device> open_rdma_core_device(std::string_view name) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (!list)
+    throw Error(ErrorCode::NotFound, "open " + std::string(name) + ": no such RDMA device: ibv_get_device_list "
+                                         "failed (errno " + std::to_string(errno) + ": " + std::strerror(errno) +
+                                         "; ENOSYS: the kernel has no RDMA support loaded)");
+  ibv_device* dev = nullptr;
+  std::string names;
+  for (int i = 0; i < n; ++i) {
+    const char* nm = ibv_get_device_name(list[i]);
+    names += (names.empty() ? "" : ", ") + std::string(nm);
+    if (name == nm || (name == "auto" && !dev && mlx5dv_is_supported(list[i]))) dev = list[i];
+  }
+  if (!dev) {
+    ibv_free_device_list(list);
+    throw Error(ErrorCode::NotFound, "open " + std::string(name) + ": no such RDMA device" +
+                                         (name == "auto" ? " supporting mlx5dv" : "") + " (present: " +
+                                         (names.empty() ? "none" : names) + ")");
+  }
+  const std::string dev_name = ibv_get_device_name(dev);
+  if (!mlx5dv_is_supported(dev)) {
+    ibv_free_device_list(list);
+    throw Error(ErrorCode::NotSupported, dev_name + ": not an mlx5 device (the mlx5 provider drives ConnectX only)");
+  }
+  mlx5dv_context_attr attr{};
+  attr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
+  ibv_context* ctx = mlx5dv_open_device(dev, &attr);
+  const int err = errno;
+  ibv_free_device_list(list);
+  if (!ctx)
+    throw Error(err == EPERM || err == EOPNOTSUPP ? ErrorCode::NotSupported : ErrorCode::System,
+                dev_name + ": opening with DevX failed (errno " + std::to_string(err) + ": " + std::strerror(err) +
+                    "; DevX needs a kernel with mlx5_ib DevX and, in a container, access to /dev/infiniband)");
+  return open_device({ctx, dev_name, &rdma_core_ops(), &kVerbs});
+}
+}  // namespace kinet::mlx5
