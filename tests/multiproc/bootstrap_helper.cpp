@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "kinet/bootstrap.hpp"
@@ -78,6 +79,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Outside the try: a failing rank keeps its connections open while it
+  // lingers below, so the others see the victim's loss, not this rank's exit.
+  std::unique_ptr<kinet::Bootstrap> bs;
   try {
     kinet::UniqueId id{};
     if (!create_file.empty()) {
@@ -90,7 +94,7 @@ int main(int argc, char** argv) {
     } else {
       id = kinet::UniqueId::from_string(id_hex);
     }
-    auto bs = kinet::Bootstrap::init(id, rank, nranks, std::chrono::milliseconds(timeout_ms));
+    bs = kinet::Bootstrap::init(id, rank, nranks, std::chrono::milliseconds(timeout_ms));
     if (scenario == "full") {
       full(*bs);
     } else if (scenario == "die_after_barrier") {
