@@ -13,8 +13,6 @@ namespace kinet::emu {
 namespace {
 using namespace devx_nic;
 
-constexpr uint32_t kMaxMrLimit = (1u << 24) - 1;  // as emu_device.cpp: key index 24 bits
-constexpr uint32_t kMaxQpLimit = (1u << 16) - 1;  // QPN index 16 bits under the 24-bit QPN
 
 void close_nic(ibv_context* ctx) {
   DevxNic* dn = &dn_of(ctx);
@@ -132,12 +130,7 @@ DevxNicHandle open_devx_nic(std::string_view want, const DeviceOptions& opt) {
   if (m == 0 || (m & (m - 1)) || m > (1u << kDevxLogMaxMsg))
     throw Error(ErrorCode::InvalidArgument, who + ": open: emu_max_msg " + std::to_string(m) +
                                                 " must be a power of two in [1, 2^30] (the NIC reports log_max_msg)");
-  if (opt.emu_max_mr == 0 || opt.emu_max_mr > kMaxMrLimit)
-    throw Error(ErrorCode::InvalidArgument,
-                who + ": open: emu_max_mr " + std::to_string(opt.emu_max_mr) + " is outside [1, 2^24-1]");
-  if (opt.emu_max_qp == 0 || opt.emu_max_qp > kMaxQpLimit)
-    throw Error(ErrorCode::InvalidArgument,
-                who + ": open: emu_max_qp " + std::to_string(opt.emu_max_qp) + " is outside [1, 2^16-1]");
+  check_id_limits(who, opt);
   auto dn = std::make_unique<DevxNic>();
   auto nic = std::make_shared<Nic>();
   nic->attr.provider = "mlx5";

@@ -212,6 +212,14 @@ std::shared_mutex& memory_guard();
 
 std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt);
 
+// Largest DeviceOptions::emu_max_mr / emu_max_qp: memory keys and QPNs are
+// index << 8 | generation, keys with a 24-bit index, QPNs a 16-bit one.
+inline constexpr uint32_t kMaxMrLimit = (1u << 24) - 1;
+inline constexpr uint32_t kMaxQpLimit = (1u << 16) - 1;
+// Throws InvalidArgument ("<who>: open: emu_max_mr ...") when opt's emu_max_mr
+// or emu_max_qp is 0 or above those limits.
+void check_id_limits(const std::string& who, const DeviceOptions& opt);
+
 // ibv_reg_mr's check of host memory: every byte of [addr, addr+len) (no wrap)
 // mapped and readable, and writable when `write`; else throws InvalidArgument
 // naming the first bad byte (ResourceExhausted / System when /proc/self/maps

@@ -19,8 +19,6 @@ uint32_t log2u(uint64_t v) { return static_cast<uint32_t>(63 - __builtin_clzll(v
 
 constexpr uint32_t kMaxQpWr = 1u << 15;  // 16-bit WQE counters in CQEs need < 2^16 outstanding
 constexpr uint32_t kMaxMsg = 1u << 30;   // ConnectX log_max_msg = 30
-constexpr uint32_t kMaxMrLimit = (1u << 24) - 1;  // key index: 24 bits
-constexpr uint32_t kMaxQpLimit = (1u << 16) - 1;  // QPN index: 16 bits under the 24-bit QPN
 
 [[noreturn]] void closed_error(const Nic& nic, const std::string& who, const char* op) {
   throw Error(ErrorCode::BadState, who + ": " + op + ": " + nic.name + " was closed");
@@ -545,17 +543,21 @@ EmuQp::~EmuQp() {
   cuda::free_device(gpu_state);
 }
 
-std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt) {
-  const std::string who(name);
-  if (opt.emu_max_msg == 0 || opt.emu_max_msg > kMaxMsg)
-    throw Error(ErrorCode::InvalidArgument, who + ": open: emu_max_msg " + std::to_string(opt.emu_max_msg) +
-                                                " is outside [1, 2^30] (a NIC's largest message)");
+void check_id_limits(const std::string& who, const DeviceOptions& opt) {
   if (opt.emu_max_mr == 0 || opt.emu_max_mr > kMaxMrLimit)
     throw Error(ErrorCode::InvalidArgument,
                 who + ": open: emu_max_mr " + std::to_string(opt.emu_max_mr) + " is outside [1, 2^24-1]");
   if (opt.emu_max_qp == 0 || opt.emu_max_qp > kMaxQpLimit)
     throw Error(ErrorCode::InvalidArgument,
                 who + ": open: emu_max_qp " + std::to_string(opt.emu_max_qp) + " is outside [1, 2^16-1]");
+}
+
+std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt) {
+  const std::string who(name);
+  if (opt.emu_max_msg == 0 || opt.emu_max_msg > kMaxMsg)
+    throw Error(ErrorCode::InvalidArgument, who + ": open: emu_max_msg " + std::to_string(opt.emu_max_msg) +
+                                                " is outside [1, 2^30] (a NIC's largest message)");
+  check_id_limits(who, opt);
   return guarded(who, "open", [&]() -> std::unique_ptr<Device> {
     auto nic = std::make_shared<Nic>();
     nic->attr.provider = "emu";
