@@ -223,7 +223,10 @@ class Device {
   virtual std::unique_ptr<ProtectionDomain> alloc_pd() = 0;
 };
 
-// Wall-clock bound of waits, from $KINET_TIMEOUT_MS (default 10000 ms).
+// Wall-clock bound of waits, from $KINET_TIMEOUT_MS (default 10000 ms). A
+// value that is not an unsigned integer ("-1", "12abc", >= 2^64) or is 0 (a
+// bound that expires at once) logs a warning and gives 10000; huge values
+// saturate where they are used (QpHandle::timeout_ns).
 uint64_t default_timeout_ms();
 
 // "MAJOR.MINOR.PATCH" of the library linked in (KINET_VERSION_STRING in
