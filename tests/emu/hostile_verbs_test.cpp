@@ -1,0 +1,172 @@
+// The device verbs' low-level steps and tickets misused as a hostile user
+// would, and many posting threads whose peer dies under them. Every wait is
+// bounded and ends with an exact status.
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "ctl_test_util.hpp"
+
+namespace {
+
+using kinet::ErrorCode;
+using kinet::QpState;
+using kinet::Status;
+namespace dev = kinet::dev;
+using namespace kinet::test;
+constexpr auto X = dev::Sharing::Exclusive;
+
+PairOptions short_bound(uint64_t ms = 300) {
+  PairOptions o;
+  o.cfg_a = test_qp_config(64, ms);
+  o.cfg_b = test_qp_config(64, ms);
+  return o;
+}
+
+// Reservations of 0 or more than half the ring: InvalidArgument, nothing taken.
+TEST(EmuHostileVerbs, ReserveSizes) {
+  EmuPair p(short_bound());
+  const dev::QpHandle h = p.h();
+  uint64_t first = 77;
+  for (uint32_t n : {0u, h.size() / 2 + 1, h.size(), 0xffffffffu}) {
+    EXPECT_EQ(dev::reserve<X>(h, n, &first), Status::InvalidArgument) << n;
+    EXPECT_EQ(dev::try_reserve<X>(h, n, &first), Status::InvalidArgument) << n;
+  }
+  EXPECT_EQ(first, 77u);
+  EXPECT_EQ(h.state->reserved, 0u);
+  ASSERT_EQ(dev::reserve<X>(h, h.size() / 2, &first), Status::Ok);
+  EXPECT_EQ(first, 0u);
+  for (uint32_t k = 0; k < h.size() / 2; ++k) dev::prepare_nop<X>(h, first + k, 0);
+  ASSERT_EQ(dev::publish<X>(h, first, h.size() / 2), Status::Ok);
+  EXPECT_EQ(dev::quiet<X>(h), Status::Ok);
+}
+
+// A ticket past everything reserved can never complete: the wait ends
+// within the bound, it does not hang.
+TEST(EmuHostileVerbs, TicketFromTheFuture) {
+  EmuPair p(short_bound());
+  const dev::QpHandle h = p.h();
+  for (uint64_t idx : {uint64_t{1} << 40, ~uint64_t{0}}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status s = dev::wait<X>(h, dev::Ticket{idx, idx - 1});
+    EXPECT_EQ(s, Status::TimeoutCompletion);
+    EXPECT_LT(seconds_since(t0), 2.0);
+  }
+  EXPECT_EQ(dev::test<X>(h, dev::Ticket{0, 0}), Status::Ok);  // covers nothing
+}
+
+// Ringing past what was published, or publishing what was never reserved:
+// bounded waits named after what they waited for.
+TEST(EmuHostileVerbs, RingAndPublishPastTheReservations) {
+  {
+    EmuPair p(short_bound());
+    const dev::QpHandle h = p.h();
+    const auto t0 = std::chrono::steady_clock::now();
+    // It rings what is published (nothing), it does not wait for the rest.
+    EXPECT_EQ(dev::ring_doorbell<X>(h, 1000), Status::Ok);
+    EXPECT_LT(seconds_since(t0), 2.0);
+    EXPECT_EQ(h.state->rung, 0u) << "nothing was published: nothing may be announced";
+  }
+  {
+    EmuPair p(short_bound());
+    const dev::QpHandle h = p.h();
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(dev::publish<dev::Sharing::Gpu>(h, 5, 1), Status::TimeoutPublishOrder);
+    EXPECT_LT(seconds_since(t0), 2.0);
+  }
+}
+
+// Many threads post (Cta and Gpu sharing) while the peer QP, then its whole
+// device, is destroyed by another thread (allowed: the peer is not this QP;
+// destroying the posting QP itself under its posters is not, see
+// ~QueuePair). Exactly one operation sees the fault (transport retries
+// exceeded: the peer does not answer), every other one after it is flushed,
+// and every thread ends within the bound.
+template <dev::Sharing S>
+void peer_dies_under_posters(bool whole_device) {
+  EmuPair p;
+  Region& a = p.reg_a(1 << 16);
+  Region& b = p.reg_b(1 << 16);
+  const dev::QpHandle h = p.h();
+  const kinet::Lkey lk = a.lkey();
+  const kinet::Rkey rk = b.rkey();  // b's registration goes with the peer
+  const int n = test_threads(8);
+  std::atomic<int> retry{0}, flushed{0}, other{0}, started{0};
+  std::vector<std::thread> th;
+  for (int i = 0; i < n; ++i)
+    th.emplace_back([&, i] {
+      ++started;
+      for (int k = 0; k < 1000000; ++k) {
+        dev::Ticket t;
+        Status s = dev::put<S>(h, a.p() + 1024 * (i % 64), lk, b.addr() + 1024 * (i % 64), rk, 1024, 0, &t);
+        if (s == Status::Ok) s = dev::wait<S>(h, t);
+        if (s == Status::Ok) continue;
+        (s == Status::TransportRetryExceeded ? retry : s == Status::WrFlushed ? flushed : other)++;
+        return;
+      }
+    });
+  while (started.load() < n) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto t0 = std::chrono::steady_clock::now();
+  p.destroy_b(whole_device);
+  for (auto& t : th) t.join();
+  EXPECT_LT(seconds_since(t0), 5.0);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(retry.load(), 1);
+  EXPECT_EQ(flushed.load(), n - 1);
+  EXPECT_EQ(p.qa->state(), QpState::Error);
+  EXPECT_TRUE(mentions_any(p.qa->last_error(), {"does not answer"})) << p.qa->last_error();
+}
+TEST(EmuHostileVerbs, PeerQpDestroyedUnderCtaPosters) { peer_dies_under_posters<dev::Sharing::Cta>(false); }
+TEST(EmuHostileVerbs, PeerDeviceClosedUnderGpuPosters) { peer_dies_under_posters<dev::Sharing::Gpu>(true); }
+
+// Objects used after their parents died: host calls throw BadState.
+TEST(EmuHostileVerbs, UseAfterParentsDied) {
+  auto d = kinet::Device::open("emu");
+  const std::string name = d->name();
+  auto pd = d->alloc_pd();
+  Buffer buf = alloc_buffer(64);
+  auto mr = pd->reg_mr(buf.get(), 64, kinet::kAccessAll);
+  auto q = pd->create_qp();
+  pd.reset();
+  EXPECT_TRUE(throws_error([&] { q->to_init(kinet::kAccessAll); }, ErrorCode::BadState,
+                           {"its protection domain was destroyed"}));
+  EXPECT_EQ(q->state(), QpState::Error) << "destroying a PD moves its QPs to ERROR";
+  EXPECT_EQ(mr->length(), 64u);  // the object's own fields still answer
+  d.reset();
+  EXPECT_TRUE(throws_error([&] { q->handle(); }, ErrorCode::BadState, {"was closed"}));
+  mr.reset();  // after the device: no crash
+  q.reset();
+}
+
+TEST(EmuHostileVerbs, DeviceNamesAndOptions) {
+  EXPECT_TRUE(throws_error([] { kinet::Device::open(""); }, ErrorCode::NotFound, {"no RDMA device named ''"}));
+  EXPECT_TRUE(throws_error([] { kinet::Device::open("emu-1"); }, ErrorCode::NotFound, {"no RDMA device named"}));
+  EXPECT_TRUE(throws_error([] { kinet::Device::open(std::string_view("emu\0" "1", 5)); }, ErrorCode::NotFound,
+                           {"no RDMA device named"}));
+  auto d = kinet::Device::open("emu");
+  EXPECT_TRUE(throws_error([&] { kinet::Device::open(d->name()); }, ErrorCode::BadState, {"is already open"}));
+  kinet::DeviceOptions o;
+  o.emu_max_msg = 0;
+  EXPECT_TRUE(throws_error([&] { kinet::Device::open("emu", o); }, ErrorCode::InvalidArgument, {"emu_max_msg 0"}));
+  o = {};
+  o.emu_max_msg = (1u << 30) + 1;
+  EXPECT_TRUE(throws_error([&] { kinet::Device::open("emu", o); }, ErrorCode::InvalidArgument,
+                           {"emu_max_msg 1073741825"}));
+  auto pd = d->alloc_pd();
+  auto q = pd->create_qp();
+  EXPECT_TRUE(throws_exactly([&] { q->to_init(0x10); }, ErrorCode::InvalidArgument,
+                             d->name() + " QP " + hexs(q->qpn()) + ": to_init: unknown access bits 0x10"));
+  EXPECT_EQ(q->state(), QpState::Reset);
+  kinet::QpConfig c;
+  c.rings = kinet::RingPlacement::Gpu;
+  if (!d->attr().gpu_memory)
+    EXPECT_TRUE(throws_error([&] { pd->create_qp(c); }, ErrorCode::NotSupported, {"need a GPU"}));
+  c = {};
+  c.posters = kinet::Posters::Gpu;
+  if (!d->attr().gpu_memory)
+    EXPECT_TRUE(throws_error([&] { pd->create_qp(c); }, ErrorCode::NotSupported, {"needs a GPU"}));
+}
+
+}  // namespace
