@@ -126,7 +126,7 @@ if [[ ${1:-} == --only ]]; then ONLY=",${2:?--only needs N[,N...]},"; fi
 echo "mutation-test: copying $ROOT -> $SCRATCH/src"
 mkdir -p "$SCRATCH/src" || die "cannot create $SCRATCH"
 (cd "$ROOT" && { git ls-files -co --exclude-standard -z 2>/dev/null ||
-  find . \( -name .git -o -name "build*" \) -prune -o -type f -print0; } | tar --null -T - -cf -) | (cd "$SCRATCH/src" && tar -xf -) ||
+  find . \( -name .git -o -name "build*" \) -prune -o -type f -print0; } | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | (cd "$SCRATCH/src" && tar -xf -) ||
   die "copying the tree failed"
 B=$SCRATCH/build
 LAUNCHER=""
