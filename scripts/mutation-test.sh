@@ -131,7 +131,9 @@ mkdir -p "$SCRATCH/src" || die "cannot create $SCRATCH"
 B=$SCRATCH/build
 LAUNCHER=""
 command -v ccache >/dev/null && LAUNCHER="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
-cmake -S "$SCRATCH/src" -B "$B" -G Ninja -DKINET_CUDA=OFF $LAUNCHER >"$SCRATCH/cmake.log" 2>&1 ||
+# A shared libkinet: a mutant relinks one library, not every test binary.
+cmake -S "$SCRATCH/src" -B "$B" -G Ninja -DKINET_CUDA=OFF $LAUNCHER -DBUILD_SHARED_LIBS=ON \
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_LINK_DEPENDS_NO_SHARED=ON >"$SCRATCH/cmake.log" 2>&1 ||
   die "cmake failed: see $SCRATCH/cmake.log"
 TARGETS=$(ninja -C "$B" -t targets all | sed -n 's/^\(kinet_emu_[a-z_]*_test\): .*/\1/p' | sort -u)
 [[ -n $EXCLUDE ]] && TARGETS=$(grep -Ev -- "$EXCLUDE" <<<"$TARGETS")
