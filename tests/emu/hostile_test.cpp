@@ -439,6 +439,8 @@ TEST(EmuHostile, ResetAfterFlushedTrafficStartsOver) {
   p.qa->reset();
   EXPECT_EQ(p.qa->state(), QpState::Reset);
   EXPECT_EQ(p.qa->last_error(), "");
+  EXPECT_EQ(h.state->reserved, 0u) << "the rings start over";
+  EXPECT_EQ(h.state->error_status, 0);
   p.qa->connect(p.qb->info());
   std::memset(a.p(), 0x77, 4096);
   dev::Ticket t;
