@@ -2,6 +2,7 @@
 // would, and many posting threads whose peer dies under them. Every wait is
 // bounded and ends with an exact status.
 #include <atomic>
+#include <cstring>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -120,6 +121,41 @@ void peer_dies_under_posters(bool whole_device) {
 }
 TEST(EmuHostileVerbs, PeerQpDestroyedUnderCtaPosters) { peer_dies_under_posters<dev::Sharing::Cta>(false); }
 TEST(EmuHostileVerbs, PeerDeviceClosedUnderGpuPosters) { peer_dies_under_posters<dev::Sharing::Gpu>(true); }
+
+// An atomic whose local data segment is not exactly 8 bytes (patched in the
+// ring: the verbs always write 8): a local length error at 7 and 9, the
+// result buffer and the remote word untouched; 8 is fine.
+TEST(EmuHostileVerbs, AtomicResultLengthAtItsEdges) {
+  for (uint32_t len : {7u, 8u, 9u}) {
+    SCOPED_TRACE(len);
+    EmuPair p(short_bound(2000));
+    Region& a = p.reg_a(64);
+    Region& b = p.reg_b(64);
+    *b.u64() = 5;
+    std::memset(a.p(), 0xee, 64);
+    const dev::QpHandle h = p.h();
+    uint64_t idx;
+    ASSERT_EQ(dev::reserve<X>(h, 1, &idx), Status::Ok);
+    dev::prepare_fetch_add<X>(h, idx, a.u64(), a.lkey(), b.addr(), b.rkey(), 1, dev::kSignal);
+    uint8_t* bc = h.sq + (idx & (h.size() - 1)) * 64 + 48;  // data segment byte count (BE), after ctrl/raddr/atomic
+    ASSERT_EQ(bc[3], 8);
+    bc[3] = static_cast<uint8_t>(len);
+    ASSERT_EQ(dev::publish<X>(h, idx, 1), Status::Ok);
+    ASSERT_EQ(dev::ring_doorbell<X>(h, idx + 1), Status::Ok);
+    const Status s = dev::wait<X>(h, dev::Ticket{idx + 1, idx});
+    if (len == 8) {
+      EXPECT_EQ(s, Status::Ok);
+      EXPECT_EQ(*a.u64(), 5u);
+      EXPECT_EQ(*b.u64(), 6u);
+      continue;
+    }
+    EXPECT_EQ(s, Status::LocalLength);
+    EXPECT_EQ(*b.u64(), 5u);
+    EXPECT_EQ(a.p()[0], 0xee);
+    const std::string want = "atomic result buffer of " + std::to_string(len) + " bytes (must be 8)";
+    EXPECT_NE(p.qa->last_error().find(want), std::string::npos) << p.qa->last_error();
+  }
+}
 
 // Objects used after their parents died: host calls throw BadState.
 TEST(EmuHostileVerbs, UseAfterParentsDied) {
