@@ -169,8 +169,8 @@ TEST(EmuHostileCtl, TimeoutEnvironment) {
       {"12abc", "10000"},
       {"18446744073709551615", "18446744073709551615"},
       {"18446744073709551616", "10000"},  // 2^64: out of range
-      {"7", "7"},
-      {"0x10", "16"},
+      {"60000", "60000"},
+      {"0x7530", "30000"},
   };
   for (auto& [v, want] : cases) EXPECT_EQ(run_child(v, want), 0) << "KINET_TIMEOUT_MS=" << v;
 }
