@@ -62,7 +62,7 @@ MUTANTS=(
   'src/providers/emu/engine.cpp ## s@if (st != QpState::Rts)$@if (st != QpState::Rts \&\& st != QpState::Rtr)@ ## doorbell accepted in RTR'
   'src/providers/emu/emu_device.cpp ## s@cfg\.signal_period > cfg\.sq_depth / 2@cfg.signal_period > cfg.sq_depth@ ## signal_period up to sq_depth accepted'
   'src/providers/emu/emu_device.cpp ## s@if (r\.port != 1)@if (r.port > 2)@ ## remote port 2 accepted'
-  'src/providers/emu/emu_device.cpp ## s@expect(QpState::Reset, "to_init");@@ ## to_init accepted out of RESET'
+  'src/providers/emu/emu_device.cpp ## s@move(QpState::Rtr, QpState::Rts, "to_rts");@move(state(), QpState::Rts, "to_rts");@ ## to_rts from any state (ERROR included)'
   'src/core/qp_info.cpp ## s@qpn >= (1u << 24)@qpn > (1u << 24)@ ## QPN 2^24 accepted'
   'src/core/qp_info.cpp ## s@if (port == 0)@if (false)@ ## port 0 accepted'
   'src/core/env.cpp ## s@ || std::strchr(v, .-.)@@ ## KINET_TIMEOUT_MS=-1 read as 2^64-1'

@@ -3,6 +3,7 @@
 // bounded and ends with an exact status.
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -155,6 +156,58 @@ TEST(EmuHostileVerbs, AtomicResultLengthAtItsEdges) {
     const std::string want = "atomic result buffer of " + std::to_string(len) + " bytes (must be 8)";
     EXPECT_NE(p.qa->last_error().find(want), std::string::npos) << p.qa->last_error();
   }
+}
+
+// One WQE prepared by the verbs, then one field patched in the ring before
+// it is published: the NIC must answer with a local QP operation error that
+// names the field, and move nothing.
+struct PatchedRun {
+  Status status;
+  std::string error;
+  uint64_t target;
+};
+PatchedRun run_patched(bool inline_write, const std::function<void(uint8_t*)>& patch) {
+  EmuPair p(short_bound(2000));
+  Region& a = p.reg_a(64);
+  Region& b = p.reg_b(64);
+  *b.u64() = 5;
+  const dev::QpHandle h = p.h();
+  uint64_t idx;
+  EXPECT_EQ(dev::reserve<X>(h, 1, &idx), Status::Ok);
+  const uint32_t word = 0x01020304;
+  if (inline_write) dev::prepare_write_inline<X>(h, idx, &word, 4, b.addr(), b.rkey(), dev::kSignal);
+  else dev::prepare_fetch_add<X>(h, idx, a.u64(), a.lkey(), b.addr(), b.rkey(), 1, dev::kSignal);
+  patch(h.sq + (idx & (h.size() - 1)) * 64);
+  EXPECT_EQ(dev::publish<X>(h, idx, 1), Status::Ok);
+  EXPECT_EQ(dev::ring_doorbell<X>(h, idx + 1), Status::Ok);
+  PatchedRun r;
+  r.status = dev::wait<X>(h, dev::Ticket{idx + 1, idx});
+  r.error = p.qa->last_error();
+  r.target = *b.u64();
+  return r;
+}
+
+TEST(EmuHostileVerbs, PatchedInlineDsAndAtomicCompare) {
+  PatchedRun ok = run_patched(true, [](uint8_t*) {});
+  EXPECT_EQ(ok.status, Status::Ok);
+  EXPECT_EQ(ok.target & 0xffffffffu, 0x01020304u);
+  // Inline 4 bytes: ctrl + raddr + (4-byte header + 4 bytes) = DS 3; DS 4 claims a segment it does not use.
+  PatchedRun ds = run_patched(true, [](uint8_t* w) {
+    ASSERT_EQ(w[7], 3);
+    w[7] = 4;
+  });
+  EXPECT_EQ(ds.status, Status::LocalQpOp);
+  EXPECT_NE(ds.error.find("malformed WQE: inline WQE of 4 bytes with DS 4 (expected 3)"), std::string::npos)
+      << ds.error;
+  EXPECT_EQ(ds.target, 5u);
+  PatchedRun fa = run_patched(false, [](uint8_t*) {});
+  EXPECT_EQ(fa.status, Status::Ok);
+  EXPECT_EQ(fa.target, 6u);
+  // FETCH_ADD's compare field (atomic segment bytes 8..15, WQE bytes 40..47) must be 0.
+  PatchedRun cmp = run_patched(false, [](uint8_t* w) { w[47] = 1; });
+  EXPECT_EQ(cmp.status, Status::LocalQpOp);
+  EXPECT_NE(cmp.error.find("malformed WQE: ATOMIC_FA compare field is not 0"), std::string::npos) << cmp.error;
+  EXPECT_EQ(cmp.target, 5u);
 }
 
 // Objects used after their parents died: host calls throw BadState.
