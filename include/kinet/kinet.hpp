@@ -153,8 +153,11 @@ class QueuePair {
   virtual void to_error() = 0;                    // any -> ERROR (outstanding WQEs are flushed)
   // Any -> RESET, as IB allows: the QP answers no peer until connected again.
   // Call it with nothing in flight (after quiet() or the waits of what was
-  // posted); the ring keeps its indices, and an error the device verbs
-  // recorded in the posting state (dev::SqState) stays recorded.
+  // posted) and no thread using handle(): WQEs still outstanding are
+  // discarded, and the rings start over empty: the posting state
+  // (dev::SqState: indices from 0, a recorded device-side error) and the
+  // error last_error() reports are cleared, so tickets from before the reset
+  // mean nothing afterwards.
   virtual void reset() = 0;
   // RESET -> INIT -> RTR -> RTS in one call. If a step after to_init() fails,
   // the QP goes back to RESET (never left half-connected) and the error is
@@ -225,7 +228,10 @@ class Device {
   virtual std::unique_ptr<ProtectionDomain> alloc_pd() = 0;
 };
 
-// Wall-clock bound of waits, from $KINET_TIMEOUT_MS (default 10000 ms).
+// Wall-clock bound of waits, from $KINET_TIMEOUT_MS (default 10000 ms). A
+// value that is not an unsigned integer ("-1", "12abc", >= 2^64) or is 0 (a
+// bound that expires at once) logs a warning and gives 10000; huge values
+// saturate where they are used (QpHandle::timeout_ns).
 uint64_t default_timeout_ms();
 
 // "MAJOR.MINOR.PATCH" of the library linked in (KINET_VERSION_STRING in

@@ -73,7 +73,8 @@ uint64_t get_u64(const char* name, uint64_t fallback) {
   char* end = nullptr;
   errno = 0;
   unsigned long long x = std::strtoull(v, &end, 0);
-  if (errno || *end) {
+  // strtoull takes "-1" as 2^64-1: a sign is not an unsigned integer.
+  if (errno || *end || std::strchr(v, '-')) {
     KINET_LOG(Warn, "%s=%s is not an unsigned integer; using %llu", name, v, (unsigned long long)fallback);
     return fallback;
   }

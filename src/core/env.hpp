@@ -21,8 +21,9 @@ std::span<const Variable> variables();
 // docs/ENVIRONMENT.md's text, rendered from variables().
 std::string markdown();
 
-// Parses an unsigned integer variable; `fallback` when unset; a warning and
-// `fallback` when malformed.
+// Parses an unsigned integer variable (decimal, 0x hex or 0 octal);
+// `fallback` when unset; a warning and `fallback` when malformed: trailing
+// characters, a value >= 2^64, or a sign ("-1" is not 2^64-1).
 uint64_t get_u64(const char* name, uint64_t fallback);
 std::string get_str(const char* name, const std::string& fallback);
 

@@ -40,6 +40,20 @@ KINET_HD Status post_chunked(const QpHandle& q, size_t bytes, uint32_t flags, Ti
     uint64_t first;
     Status st = reserve<S>(q, g, &first);
     if (st != Status::Ok) return stop(st);
+    // reserve() may have polled the error CQE while it waited for space:
+    // the reservation is then published as NOPs (later ones wait for it).
+    if (done > 0) {
+      const int32_t es = load_acquire<kScope<S>>(&q.state->error_status);
+      if (es != 0) {
+        for (uint32_t k = 0; k < g; ++k) prepare_nop<S>(q, first + k, 0);
+        st = publish<S>(q, first, g);
+        if (st == Status::Ok) st = ring_doorbell<S>(q, first + g);
+        if (st != Status::Ok) return stop(st);
+        const Status fs = status_of_range(es, q.state->error_wqe, start, end);
+        end = first + g;
+        return stop(fs == Status::Ok ? Status::WrFlushed : fs);
+      }
+    }
     for (uint32_t k = 0; k < g; ++k) {
       const size_t len = (bytes - off) < q.max_msg ? (bytes - off) : q.max_msg;
       const bool last = done + k + 1 == nw;
