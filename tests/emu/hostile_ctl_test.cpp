@@ -158,19 +158,23 @@ int run_child(const std::string& value, const std::string& want) {
 }
 
 TEST(EmuHostileCtl, TimeoutEnvironment) {
-  // value -> the bound the library must use: invalid values (0 would expire
-  // every wait at once, negatives and garbage are not bounds) fall back to
-  // the default; huge ones saturate where they are used.
+  // value -> the bound the library must use (env::parse_timeout_ms's rules):
+  // invalid values (0 would expire every wait at once; negatives, garbage and
+  // anything but a decimal integer are not bounds) fall back to the default;
+  // values above one day, 2^64-1 and beyond included, saturate to one day.
   const std::pair<const char*, const char*> cases[] = {
       {"0", "10000"},
       {"-1", "10000"},
       {"-0", "10000"},
       {"garbage", "10000"},
       {"12abc", "10000"},
-      {"18446744073709551615", "18446744073709551615"},
-      {"18446744073709551616", "10000"},  // 2^64: out of range
+      {"0x7530", "10000"},
+      {"18446744073709551615", "86400000"},
+      {"18446744073709551616", "86400000"},  // 2^64
+      {"86400001", "86400000"},
+      {"86400000", "86400000"},
       {"60000", "60000"},
-      {"0x7530", "30000"},
+      {"1", "1"},
   };
   for (auto& [v, want] : cases) EXPECT_EQ(run_child(v, want), 0) << "KINET_TIMEOUT_MS=" << v;
 }
