@@ -11,16 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "emu_fixture.hpp"
+#include "emu_preamble.hpp"
 
 namespace {
-
-using kinet::Status;
-using kinet::dev::QpHandle;
-using kinet::dev::Sharing;
-using kinet::dev::Ticket;
-namespace dev = kinet::dev;
-using namespace kinet::test;
 
 constexpr size_t kSlot = 512;   // bytes per slot
 constexpr int kSlots = 12;      // slots per thread (a thread reuses a slot after waiting)

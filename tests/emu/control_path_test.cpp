@@ -9,15 +9,10 @@
 #include <functional>
 
 #include "ctl_test_util.hpp"
+#include "emu_preamble.hpp"
 #include "kinet/version.hpp"
 
 namespace {
-
-using kinet::Error;
-using kinet::ErrorCode;
-using kinet::QpState;
-namespace dev = kinet::dev;
-using namespace kinet::test;
 
 #if KINET_TEST_HAVE_IBVERBS
 // kinet::Access promises ibv_access_flags values.

@@ -8,26 +8,13 @@
 #include <thread>
 #include <vector>
 
-#include "emu_fixture.hpp"
+#include "emu_preamble.hpp"
+#include "sharing_modes.hpp"
 
 namespace {
 
-using kinet::Status;
-using kinet::dev::Sharing;
-using kinet::dev::Ticket;
-namespace dev = kinet::dev;
-using namespace kinet::test;
-
-template <Sharing S> struct Mode { static constexpr Sharing value = S; };
-using Modes = ::testing::Types<Mode<Sharing::Exclusive>, Mode<Sharing::Cta>, Mode<Sharing::Gpu>>;
-struct ModeNames {
-  template <class T> static std::string GetName(int) {
-    return T::value == Sharing::Exclusive ? "Exclusive" : T::value == Sharing::Cta ? "Cta" : "Gpu";
-  }
-};
-
 template <class T> class EmuData : public ::testing::Test {};
-TYPED_TEST_SUITE(EmuData, Modes, ModeNames);
+TYPED_TEST_SUITE(EmuData, SharingModes, SharingModeNames);
 
 PairOptions with_cfg(const kinet::QpConfig& c) {
   PairOptions o;

@@ -20,52 +20,13 @@ constexpr uint32_t kN = 100;
 
 // A data operation (write, read, put_signal) with its local buffer at L + loff.
 OpCase data_case(Rig& r, Op op, const Guarded& L, int64_t loff, uint32_t n, uint32_t lflip = 0) {
-  OpSpec s;
-  s.op = op;
-  s.local = {&L, loff, lflip};
-  s.remote = {&r.b(8192), 64};
-  s.n = n;
-  if (op == Op::PutSignal) {
-    s.sig = {&r.b(64), 8};
-    s.scratch = {&r.a(64), 16};
-  }
-  return make_case(r, s);
+  return data_op(r, op, At{&L, loff, lflip}, std::nullopt, n);
 }
 
 // An atomic (fetch-add, compare-swap, put_signal's signal) with its 8-byte
 // result at Res + off.
 OpCase result_case(Rig& r, Op op, const Guarded& Res, int64_t off, uint32_t lflip = 0) {
-  OpSpec s;
-  s.op = op;
-  if (op == Op::PutSignal) {
-    s.local = {&r.a(256), 0};
-    s.remote = {&r.b(256), 0};
-    s.n = 200;
-    s.sig = {&r.b(64), 8};
-    s.scratch = {&Res, off, lflip};
-  } else {
-    s.local = {&Res, off, lflip};
-    s.remote = {&r.b(64), 8};
-  }
-  return make_case(r, s);
-}
-uint32_t result_wqe(Op op) { return op == Op::PutSignal ? 1 : 0; }
-
-enum class Edge { EndsAtLastByte, OnePastEnd, StartsAtFirstByte, OneBeforeStart, ZeroLengthAtEnd };
-const char* edge_name(Edge e) {
-  switch (e) {
-    case Edge::EndsAtLastByte:
-      return "EndsAtLastByte";
-    case Edge::OnePastEnd:
-      return "OnePastEnd";
-    case Edge::StartsAtFirstByte:
-      return "StartsAtFirstByte";
-    case Edge::OneBeforeStart:
-      return "OneBeforeStart";
-    case Edge::ZeroLengthAtEnd:
-      return "ZeroLengthAtEnd";
-  }
-  return "?";
+  return atomic_op(r, op, At{&Res, off, lflip}, std::nullopt);
 }
 
 const Op kDataOps[] = {Op::Write, Op::Read, Op::PutSignal};
@@ -77,40 +38,17 @@ TEST_P(LocalRange, ExactEdge) {
   KINET_TEST_RNG(rng);
   Rig r;
   const Guarded& L = r.a(kLen);
-  uint32_t n = kN;
-  int64_t loff = 0;
-  bool ok = true;
-  switch (edge) {
-    case Edge::EndsAtLastByte:
-      loff = kLen - n;
-      break;
-    case Edge::OnePastEnd:
-      loff = kLen - n + 1, ok = false;
-      break;
-    case Edge::StartsAtFirstByte:
-      loff = 0;
-      break;
-    case Edge::OneBeforeStart:
-      loff = -1, ok = false;
-      break;
-    case Edge::ZeroLengthAtEnd:
-      loff = kLen, n = 0;
-      break;
-  }
-  OpCase c = data_case(r, op, L, loff, n);
-  if (op == Op::PutSignal && n == 0) c.want.byte_count = 8;  // the CQE is the atomic's
-  if (!ok) c.fail(Status::LocalProtection, 0, {L.addr() + loff, L.key()});
+  const EdgeRange e = edge_range(edge, kLen, kN);
+  OpCase c = data_case(r, op, L, e.off, e.n);
+  if (op == Op::PutSignal && e.n == 0) c.want.byte_count = 8;  // the CQE is the atomic's
+  if (!e.inside) c.fail(Status::LocalProtection, 0, {L.addr() + e.off, L.key()});
   r.run(rng, c.post, c.effect, c.want);
 }
 
 // PutSignal_OnePastEnd / _OneBeforeStart: expected to pass after test()/wait() report the failing chunk's own status
 // (verbs).
-INSTANTIATE_TEST_SUITE_P(
-    Edge, LocalRange,
-    ::testing::Combine(::testing::ValuesIn(kDataOps),
-                       ::testing::Values(Edge::EndsAtLastByte, Edge::OnePastEnd, Edge::StartsAtFirstByte,
-                                         Edge::OneBeforeStart, Edge::ZeroLengthAtEnd)),
-    [](const auto& i) { return std::string(op_name(std::get<0>(i.param))) + "_" + edge_name(std::get<1>(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Edge, LocalRange,
+                         ::testing::Combine(::testing::ValuesIn(kDataOps), ::testing::ValuesIn(kEdges)), op_edge_name);
 
 // ---- an atomic's result buffer: fetch-add, compare-swap, put_signal's scratch
 
@@ -140,7 +78,7 @@ TEST_P(LocalResult, OneToSevenBytesPastTheEnd) {
     Rig r;
     const Guarded& Res = r.a(4096 - k);
     OpCase c = result_case(r, GetParam(), Res, 4088);
-    c.fail(Status::LocalProtection, result_wqe(GetParam()), {Res.addr() + 4088, Res.key()});
+    c.fail(Status::LocalProtection, atomic_wqe(GetParam()), {Res.addr() + 4088, Res.key()});
     r.run(rng, c.post, c.effect, c.want);
   }
 }
@@ -150,7 +88,7 @@ TEST_P(LocalResult, OneByteBeforeTheStart) {
   Rig r;
   const Guarded& Res = r.a(4096, kAccessAll, kGuard + 1);  // odd start: the aligned word at -1
   OpCase c = result_case(r, GetParam(), Res, -1);
-  c.fail(Status::LocalProtection, result_wqe(GetParam()), {Res.addr() - 1, Res.key()});
+  c.fail(Status::LocalProtection, atomic_wqe(GetParam()), {Res.addr() - 1, Res.key()});
   r.run(rng, c.post, c.effect, c.want);
 }
 
@@ -160,7 +98,7 @@ TEST_P(LocalResult, WithoutLocalWrite) {
   Rig r;
   const Guarded& Res = r.a(64, kRemoteRead);
   OpCase c = result_case(r, GetParam(), Res, 8);
-  c.fail(Status::LocalProtection, result_wqe(GetParam()), {Res.key()});
+  c.fail(Status::LocalProtection, atomic_wqe(GetParam()), {Res.key()});
   r.run(rng, c.post, c.effect, c.want);
 }
 
@@ -179,7 +117,7 @@ TEST_P(LocalResult, WrongTagOnAValidIndex) {
     Rig r;
     const Guarded& Res = r.a(64);
     OpCase c = result_case(r, GetParam(), Res, 8, flip);
-    c.fail(Status::LocalProtection, result_wqe(GetParam()), {Res.key() ^ flip});
+    c.fail(Status::LocalProtection, atomic_wqe(GetParam()), {Res.key() ^ flip});
     r.run(rng, c.post, c.effect, c.want);
   }
 }
@@ -189,7 +127,7 @@ TEST_P(LocalResult, RegionOfAnotherProtectionDomain) {
   Rig r;
   const Guarded& Res = r.a(64, kAccessAll, kGuard, &r.new_pd_a());
   OpCase c = result_case(r, GetParam(), Res, 8);
-  c.fail(Status::LocalProtection, result_wqe(GetParam()), {Res.key()});
+  c.fail(Status::LocalProtection, atomic_wqe(GetParam()), {Res.key()});
   r.run(rng, c.post, c.effect, c.want);
 }
 

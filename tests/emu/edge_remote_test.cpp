@@ -24,36 +24,8 @@ uint32_t edge_len(Op op) { return op == Op::Inline ? 28 : kN; }
 // One data operation against R + roff. The signal of put_signal goes to a
 // good word in its own region.
 OpCase data_case(Rig& r, Op op, const Guarded& R, int64_t roff, uint32_t n, uint32_t rflip = 0) {
-  const Guarded& L = r.a(8192);
-  OpSpec s;
-  s.op = op;
-  s.local = {&L, 64};
-  s.remote = {&R, roff, rflip};
-  s.n = n;
-  if (op == Op::PutSignal) {
-    s.sig = {&r.b(64), 8};
-    s.scratch = {&r.a(64), 16};
-  }
-  return make_case(r, s);
+  return data_op(r, op, std::nullopt, At{&R, roff, rflip}, n);
 }
-
-enum class Edge { EndsAtLastByte, OnePastEnd, StartsAtFirstByte, OneBeforeStart, ZeroLengthAtEnd };
-const char* edge_name(Edge e) {
-  switch (e) {
-    case Edge::EndsAtLastByte:
-      return "EndsAtLastByte";
-    case Edge::OnePastEnd:
-      return "OnePastEnd";
-    case Edge::StartsAtFirstByte:
-      return "StartsAtFirstByte";
-    case Edge::OneBeforeStart:
-      return "OneBeforeStart";
-    case Edge::ZeroLengthAtEnd:
-      return "ZeroLengthAtEnd";
-  }
-  return "?";
-}
-
 class RemoteRange : public ::testing::TestWithParam<std::tuple<Op, Edge>> {};
 
 TEST_P(RemoteRange, ExactEdge) {
@@ -61,40 +33,17 @@ TEST_P(RemoteRange, ExactEdge) {
   KINET_TEST_RNG(rng);
   Rig r;
   const Guarded& R = r.b(kLen);
-  uint32_t n = edge_len(op);
-  int64_t roff = 0;
-  bool ok = true;
-  switch (edge) {
-    case Edge::EndsAtLastByte:
-      roff = kLen - n;
-      break;
-    case Edge::OnePastEnd:
-      roff = kLen - n + 1, ok = false;
-      break;
-    case Edge::StartsAtFirstByte:
-      roff = 0;
-      break;
-    case Edge::OneBeforeStart:
-      roff = -1, ok = false;
-      break;
-    case Edge::ZeroLengthAtEnd:
-      roff = kLen, n = 0;
-      break;
-  }
-  OpCase c = data_case(r, op, R, roff, n);
-  if (op == Op::PutSignal && n == 0) c.want.byte_count = 8;  // the CQE is the atomic's
-  if (!ok) c.fail(Status::RemoteAccess, 0, {R.addr() + roff, R.key()});
+  const EdgeRange e = edge_range(edge, kLen, edge_len(op));
+  OpCase c = data_case(r, op, R, e.off, e.n);
+  if (op == Op::PutSignal && e.n == 0) c.want.byte_count = 8;  // the CQE is the atomic's
+  if (!e.inside) c.fail(Status::RemoteAccess, 0, {R.addr() + e.off, R.key()});
   r.run(rng, c.post, c.effect, c.want);
 }
 
 // PutSignal_OnePastEnd / _OneBeforeStart: expected to pass after test()/wait() report the failing chunk's own status
 // (verbs).
-INSTANTIATE_TEST_SUITE_P(
-    Edge, RemoteRange,
-    ::testing::Combine(::testing::ValuesIn(kDataOps),
-                       ::testing::Values(Edge::EndsAtLastByte, Edge::OnePastEnd, Edge::StartsAtFirstByte,
-                                         Edge::OneBeforeStart, Edge::ZeroLengthAtEnd)),
-    [](const auto& i) { return std::string(op_name(std::get<0>(i.param))) + "_" + edge_name(std::get<1>(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Edge, RemoteRange,
+                         ::testing::Combine(::testing::ValuesIn(kDataOps), ::testing::ValuesIn(kEdges)), op_edge_name);
 
 // ---- atomics: fetch-add, compare-swap and put_signal's signal word
 
@@ -102,22 +51,8 @@ const Op kAtomicOps[] = {Op::FetchAdd, Op::CompareSwap, Op::PutSignal};
 
 // An atomic on T + toff (put_signal: its signal word; its payload goes to a good place).
 OpCase atomic_case(Rig& r, Op op, const Guarded& T, int64_t toff, uint32_t tflip = 0) {
-  OpSpec s;
-  s.op = op;
-  if (op == Op::PutSignal) {
-    s.local = {&r.a(256), 0};
-    s.remote = {&r.b(256), 0};
-    s.n = 200;
-    s.sig = {&T, toff, tflip};
-    s.scratch = {&r.a(64), 8};
-  } else {
-    s.local = {&r.a(64), 8};
-    s.remote = {&T, toff, tflip};
-  }
-  return make_case(r, s);
+  return atomic_op(r, op, std::nullopt, At{&T, toff, tflip});
 }
-// The atomic's WQE within the operation.
-uint32_t atomic_wqe(Op op) { return op == Op::PutSignal ? 1 : 0; }
 class RemoteAtomic : public ::testing::TestWithParam<Op> {};
 
 TEST_P(RemoteAtomic, OnTheLastEightBytes) {

@@ -193,6 +193,75 @@ const char* op_name(Op op) {
   return "?";
 }
 
+const char* edge_name(Edge e) {
+  switch (e) {
+    case Edge::EndsAtLastByte:
+      return "EndsAtLastByte";
+    case Edge::OnePastEnd:
+      return "OnePastEnd";
+    case Edge::StartsAtFirstByte:
+      return "StartsAtFirstByte";
+    case Edge::OneBeforeStart:
+      return "OneBeforeStart";
+    case Edge::ZeroLengthAtEnd:
+      return "ZeroLengthAtEnd";
+  }
+  return "?";
+}
+
+EdgeRange edge_range(Edge e, size_t len, uint32_t n) {
+  const auto end = static_cast<int64_t>(len);
+  switch (e) {
+    case Edge::EndsAtLastByte:
+      return {end - n, n, true};
+    case Edge::OnePastEnd:
+      return {end - n + 1, n, false};
+    case Edge::StartsAtFirstByte:
+      return {0, n, true};
+    case Edge::OneBeforeStart:
+      return {-1, n, false};
+    case Edge::ZeroLengthAtEnd:
+      return {end, 0, true};
+  }
+  ADD_FAILURE() << "edge_range: unknown edge " << static_cast<int>(e);
+  return {};
+}
+
+std::string op_edge_name(const ::testing::TestParamInfo<std::tuple<Op, Edge>>& i) {
+  return std::string(op_name(std::get<0>(i.param))) + "_" + edge_name(std::get<1>(i.param));
+}
+
+OpCase data_op(Rig& r, Op op, std::optional<At> local, std::optional<At> remote, uint32_t n) {
+  OpSpec s;
+  s.op = op;
+  s.local = local ? *local : At{&r.a(8192), 64};
+  s.remote = remote ? *remote : At{&r.b(8192), 64};
+  s.n = n;
+  if (op == Op::PutSignal) {
+    s.sig = {&r.b(64), 8};
+    s.scratch = {&r.a(64), 16};
+  }
+  return make_case(r, s);
+}
+
+OpCase atomic_op(Rig& r, Op op, std::optional<At> result, std::optional<At> target) {
+  OpSpec s;
+  s.op = op;
+  const At res = result ? *result : At{&r.a(64), 8};
+  const At tgt = target ? *target : At{&r.b(64), 8};
+  if (op == Op::PutSignal) {
+    s.local = {&r.a(256), 0};
+    s.remote = {&r.b(256), 0};
+    s.n = 200;
+    s.sig = tgt;
+    s.scratch = res;
+  } else {
+    s.local = res;
+    s.remote = tgt;
+  }
+  return make_case(r, s);
+}
+
 OpCase& OpCase::fail(Status s, uint32_t wqe, std::vector<uint64_t> names, std::vector<std::string> words) {
   want.status = s;
   want.fault_wqe = wqe;

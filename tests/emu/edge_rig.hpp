@@ -6,7 +6,9 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "emu_fixture.hpp"
@@ -126,6 +128,35 @@ struct OpCase {
   OpCase& fail(Status s, uint32_t wqe, std::vector<uint64_t> names, std::vector<std::string> words = {});
 };
 OpCase make_case(Rig& r, const OpSpec& s);
+
+// The two shapes most edge tests build, with the place under test given and
+// every place not given a good one of its own.
+// A data operation (write, inline, read, put_signal) of n bytes; local
+// defaults to a(8192) + 64, remote to b(8192) + 64; put_signal's signal word
+// is b(64) + 8 and its scratch a(64) + 16.
+OpCase data_op(Rig& r, Op op, std::optional<At> local, std::optional<At> remote, uint32_t n);
+// An atomic (fetch-add, compare-swap, or put_signal's signal): its 8-byte
+// result (put_signal: the scratch) defaults to a(64) + 8, its target (the
+// signal word) to b(64) + 8; put_signal's payload is 200 bytes a(256) -> b(256).
+OpCase atomic_op(Rig& r, Op op, std::optional<At> result, std::optional<At> target);
+// Which of the operation's WQEs is the atomic (put_signal: its second).
+inline uint32_t atomic_wqe(Op op) { return op == Op::PutSignal ? 1 : 0; }
+
+// ---- a range at an edge of its region
+enum class Edge { EndsAtLastByte, OnePastEnd, StartsAtFirstByte, OneBeforeStart, ZeroLengthAtEnd };
+inline constexpr Edge kEdges[] = {Edge::EndsAtLastByte, Edge::OnePastEnd, Edge::StartsAtFirstByte,
+                                  Edge::OneBeforeStart, Edge::ZeroLengthAtEnd};
+const char* edge_name(Edge e);
+// An n-byte range placed at edge `e` of a len-byte region: its offset from
+// the region's start, its length (ZeroLengthAtEnd: 0), whether it is inside.
+struct EdgeRange {
+  int64_t off = 0;
+  uint32_t n = 0;
+  bool inside = true;
+};
+EdgeRange edge_range(Edge e, size_t len, uint32_t n);
+// gtest name "<Op>_<Edge>" of an (Op, Edge) parameter.
+std::string op_edge_name(const ::testing::TestParamInfo<std::tuple<Op, Edge>>& i);
 
 // Does `text` name `v` in hex ("0x1a2b", any case, optionally zero-padded)?
 bool names_hex(const std::string& text, uint64_t v);

@@ -8,15 +8,9 @@
 #include <vector>
 
 #include "ctl_test_util.hpp"
+#include "emu_preamble.hpp"
 
 namespace {
-
-using kinet::ErrorCode;
-using kinet::QpState;
-using kinet::Status;
-namespace dev = kinet::dev;
-using namespace kinet::test;
-constexpr auto X = dev::Sharing::Exclusive;
 
 TEST(EmuLifetime, PdAfterDeviceClosed) {
   auto d = kinet::Device::open("emu");

@@ -13,16 +13,9 @@
 #include <vector>
 
 #include "ctl_test_util.hpp"
+#include "emu_preamble.hpp"
 
 namespace {
-
-using kinet::Error;
-using kinet::ErrorCode;
-using kinet::QpState;
-using kinet::Status;
-namespace dev = kinet::dev;
-using namespace kinet::test;
-constexpr auto X = dev::Sharing::Exclusive;
 
 // n pages mapped read-write; unmapped at destruction (pages already unmapped
 // by the test are unmapped again harmlessly).

@@ -8,18 +8,11 @@
 #include <cstring>
 #include <functional>
 
-#include "emu_fixture.hpp"
+#include "emu_preamble.hpp"
 #include "kinet/mlx5/wire.hpp"
 
 namespace {
 
-using kinet::Status;
-using kinet::dev::QpHandle;
-using kinet::dev::Sharing;
-using kinet::dev::Ticket;
-namespace dev = kinet::dev;
-using namespace kinet::test;
-constexpr Sharing X = Sharing::Exclusive;
 constexpr uint64_t kTimeoutMs = 1000;
 
 PairOptions opts(uint32_t depth = 64) {
@@ -129,6 +122,19 @@ TEST(StrictNic, DoorbellRunsOnlyUpToItsIndex) {
 }
 
 // The error CQE of a bad doorbell, on the first WQE it announced.
+// Every field of the error CQE of WQE i, at CQ index i (an error CQE's byte count is 0).
+void expect_error_cqe(const QpHandle& h, uint32_t i, uint8_t syndrome, uint8_t wqe_opcode, uint8_t owner) {
+  SCOPED_TRACE("error CQE " + std::to_string(i));
+  const CqeView c = cqe_at(h, i);
+  EXPECT_EQ(c.opcode, 0xd);
+  EXPECT_EQ(c.syndrome, syndrome);
+  EXPECT_EQ(c.wqe_counter, i);
+  EXPECT_EQ(c.wqe_opcode, wqe_opcode);
+  EXPECT_EQ(c.qpn, h.qpn);
+  EXPECT_EQ(c.byte_cnt, 0u);
+  EXPECT_EQ(c.owner, owner);
+}
+
 void expect_doorbell_error(EmuPair& p, const std::string& reason) {
   const QpHandle h = p.h();
   EXPECT_EQ(dev::wait<X>(h, Ticket{1}), Status::LocalQpOp);
@@ -465,24 +471,10 @@ TEST(StrictNicCqe, SuccessErrorAndFlushCqes) {
   const kinet::Rkey bad{rb.rkey().be ^ 0x01000000u};  // another key tag
   ASSERT_EQ(dev::put<X>(h, la.p(), la.lkey(), rb.addr(), bad, 8, dev::kSignal, &t), Status::Ok);
   EXPECT_EQ(dev::wait<X>(h, t), Status::RemoteAccess);
-  c = cqe_at(h, 4);
-  EXPECT_EQ(c.opcode, 0xd);
-  EXPECT_EQ(c.syndrome, 0x13);
-  EXPECT_EQ(c.wqe_counter, 4);
-  EXPECT_EQ(c.wqe_opcode, 0x08);
-  EXPECT_EQ(c.qpn, h.qpn);
-  EXPECT_EQ(c.byte_cnt, 0u);
-  EXPECT_EQ(c.owner, 1);
+  expect_error_cqe(h, 4, /*syndrome=*/0x13, /*wqe_opcode=*/0x08, /*owner=*/1);
   ASSERT_EQ(dev::nop<X>(h, 0, &t), Status::Ok);  // unsignalled, flushed: a CQE all the same
   EXPECT_EQ(dev::wait<X>(h, t), Status::WrFlushed);
-  c = cqe_at(h, 5);
-  EXPECT_EQ(c.opcode, 0xd);
-  EXPECT_EQ(c.syndrome, 0x05);
-  EXPECT_EQ(c.wqe_counter, 5);
-  EXPECT_EQ(c.wqe_opcode, 0x00);
-  EXPECT_EQ(c.qpn, h.qpn);
-  EXPECT_EQ(c.byte_cnt, 0u);
-  EXPECT_EQ(c.owner, 1);
+  expect_error_cqe(h, 5, /*syndrome=*/0x05, /*wqe_opcode=*/0x00, /*owner=*/1);
 }
 
 // ---- repeated errors ------------------------------------------------------------------

@@ -9,16 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "emu_fixture.hpp"
+#include "emu_preamble.hpp"
 
 namespace {
-
-using kinet::Status;
-using kinet::dev::Sharing;
-using kinet::dev::Ticket;
-namespace dev = kinet::dev;
-using namespace kinet::test;
-constexpr Sharing X = Sharing::Exclusive;
 
 constexpr size_t kChunk = 512 * 1024;
 constexpr size_t kTotal = 32 * 1024 * 1024;
@@ -105,68 +98,66 @@ TEST(EmuTeardown, DestroyedQpFlushesWhatWasAnnounced) {
 #else
 #define SKIP_UNDER_TSAN() (void)0
 #endif
-struct Unmapped {
-  explicit Unmapped(size_t n) : len(n) {
-    p = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+// A region registered on `pd` (every right) whose memory is then unmapped:
+// the MR outlives its pages. mr is null when mmap failed.
+struct UnmappedMr {
+  UnmappedMr(kinet::ProtectionDomain& pd, size_t n) {
+    void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;
+    p = static_cast<uint8_t*>(m);
+    mr = pd.reg_mr(p, n, kinet::kAccessAll);
+    munmap(p, n);
   }
-  void unmap() { munmap(p, len); }
-  uint8_t* p;
-  size_t len;
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(p); }
+  uint8_t* p = nullptr;
+  std::unique_ptr<kinet::MemoryRegion> mr;
 };
+
+// The operation behind `t` on p's QP a completes with `want`, and
+// last_error() says which memory (e.g. "local memory: source").
+void expect_fault(EmuPair& p, const Ticket& t, Status want, const std::string& which) {
+  EXPECT_EQ(dev::wait<X>(p.h(), t), want);
+  EXPECT_NE(p.qa->last_error().find(which), std::string::npos) << p.qa->last_error();
+}
 
 TEST(EmuTeardown, UnmappedLocalSourceIsALocalProtectionError) {
   SKIP_UNDER_TSAN();
   EmuPair p(opts());
   Region& rb = p.reg_b(8192);
-  Unmapped u(8192);
-  ASSERT_NE(u.p, MAP_FAILED);
-  auto mr = p.pa->reg_mr(u.p, 8192, kinet::kAccessAll);
-  u.unmap();
+  UnmappedMr u(*p.pa, 8192);
+  ASSERT_TRUE(u.mr) << "mmap failed";
   Ticket t;
-  ASSERT_EQ(dev::put<X>(p.h(), u.p, mr->lkey(), rb.addr(), rb.rkey(), 8192, dev::kSignal, &t), Status::Ok);
-  EXPECT_EQ(dev::wait<X>(p.h(), t), Status::LocalProtection);
-  EXPECT_TRUE(p.qa->last_error().find("local memory: source") != std::string::npos) << p.qa->last_error();
+  ASSERT_EQ(dev::put<X>(p.h(), u.p, u.mr->lkey(), rb.addr(), rb.rkey(), 8192, dev::kSignal, &t), Status::Ok);
+  expect_fault(p, t, Status::LocalProtection, "local memory: source");
 }
 
 TEST(EmuTeardown, UnmappedRemoteTargetIsARemoteAccessError) {
   SKIP_UNDER_TSAN();
   EmuPair p(opts());
   Region& la = p.reg_a(8192);
-  Unmapped u(8192);
-  ASSERT_NE(u.p, MAP_FAILED);
-  auto mr = p.pb->reg_mr(u.p, 8192, kinet::kAccessAll);
-  u.unmap();
+  UnmappedMr u(*p.pb, 8192);
+  ASSERT_TRUE(u.mr) << "mmap failed";
   Ticket t;
-  ASSERT_EQ(dev::put<X>(p.h(), la.p(), la.lkey(), reinterpret_cast<uint64_t>(u.p), mr->rkey(), 8192, dev::kSignal, &t),
-            Status::Ok);
-  EXPECT_EQ(dev::wait<X>(p.h(), t), Status::RemoteAccess);
-  EXPECT_TRUE(p.qa->last_error().find("remote memory: destination") != std::string::npos) << p.qa->last_error();
+  ASSERT_EQ(dev::put<X>(p.h(), la.p(), la.lkey(), u.addr(), u.mr->rkey(), 8192, dev::kSignal, &t), Status::Ok);
+  expect_fault(p, t, Status::RemoteAccess, "remote memory: destination");
 }
 
 TEST(EmuTeardown, UnmappedReadTargetAndAtomicTarget) {
   SKIP_UNDER_TSAN();
   EmuPair p(opts());
   Region& rb = p.reg_b(8192);
-  Unmapped u(8192);
-  ASSERT_NE(u.p, MAP_FAILED);
-  auto mr = p.pa->reg_mr(u.p, 8192, kinet::kAccessAll);
-  u.unmap();
+  UnmappedMr u(*p.pa, 8192);
+  ASSERT_TRUE(u.mr) << "mmap failed";
   Ticket t;
-  ASSERT_EQ(dev::get<X>(p.h(), u.p, mr->lkey(), rb.addr(), rb.rkey(), 64, dev::kSignal, &t), Status::Ok);
-  EXPECT_EQ(dev::wait<X>(p.h(), t), Status::LocalProtection);
-  EXPECT_TRUE(p.qa->last_error().find("local memory: destination") != std::string::npos) << p.qa->last_error();
+  ASSERT_EQ(dev::get<X>(p.h(), u.p, u.mr->lkey(), rb.addr(), rb.rkey(), 64, dev::kSignal, &t), Status::Ok);
+  expect_fault(p, t, Status::LocalProtection, "local memory: destination");
 
   EmuPair q(opts());
   Region& res = q.reg_a(64);
-  Unmapped v(4096);
-  ASSERT_NE(v.p, MAP_FAILED);
-  auto rmr = q.pb->reg_mr(v.p, 4096, kinet::kAccessAll);
-  v.unmap();
-  ASSERT_EQ(dev::fetch_add<X>(q.h(), res.u64(), res.lkey(), reinterpret_cast<uint64_t>(v.p), rmr->rkey(), 1,
-                              dev::kSignal, &t),
-            Status::Ok);
-  EXPECT_EQ(dev::wait<X>(q.h(), t), Status::RemoteAccess);
-  EXPECT_TRUE(q.qa->last_error().find("remote memory: source") != std::string::npos) << q.qa->last_error();
+  UnmappedMr v(*q.pb, 4096);
+  ASSERT_TRUE(v.mr) << "mmap failed";
+  ASSERT_EQ(dev::fetch_add<X>(q.h(), res.u64(), res.lkey(), v.addr(), v.mr->rkey(), 1, dev::kSignal, &t), Status::Ok);
+  expect_fault(q, t, Status::RemoteAccess, "remote memory: source");
 }
 
 }  // namespace

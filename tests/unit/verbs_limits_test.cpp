@@ -11,31 +11,13 @@
 #include <limits>
 #include <thread>
 
-#include "fake_ring.hpp"
-#include "test_util.hpp"
+#include "fake_verbs.hpp"
 
 namespace {
 
-using kinet::Status;
-using kinet::dev::Sharing;
-using kinet::dev::Ticket;
-namespace dev = kinet::dev;
-namespace m = kinet::mlx5;
-using kinet::test::FakeRing;
-
-template <Sharing S> struct Mode { static constexpr Sharing value = S; };
-using Modes = ::testing::Types<Mode<Sharing::Exclusive>, Mode<Sharing::Cta>, Mode<Sharing::Gpu>>;
-struct ModeNames {
-  template <class T> static std::string GetName(int) {
-    return T::value == Sharing::Exclusive ? "Exclusive" : T::value == Sharing::Cta ? "Cta" : "Gpu";
-  }
-};
-
 template <class T> class VerbsLimits : public ::testing::Test {};
-TYPED_TEST_SUITE(VerbsLimits, Modes, ModeNames);
+TYPED_TEST_SUITE(VerbsLimits, kinet::test::SharingModes, kinet::test::SharingModeNames);
 
-constexpr kinet::Lkey kLkey{0x11223344};
-constexpr kinet::Rkey kRkey{0x55667788};
 constexpr uint64_t kMax = m::kMaxMsgBytes;  // 2^30
 // Addresses only: the fake NIC never dereferences them.
 const void* const kSrc = reinterpret_cast<const void*>(uintptr_t{0x10000});

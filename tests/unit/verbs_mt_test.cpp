@@ -12,17 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "fake_ring.hpp"
-#include "test_util.hpp"
+#include "fake_verbs.hpp"
 
 namespace {
-
-using kinet::Status;
-using kinet::dev::Sharing;
-using kinet::dev::Ticket;
-namespace dev = kinet::dev;
-namespace m = kinet::mlx5;
-using kinet::test::FakeRing;
 
 // The tag of a WQE: which thread posted it and its sequence number, carried
 // in the remote address; the byte count is a checksum of both.

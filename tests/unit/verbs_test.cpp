@@ -6,31 +6,13 @@
 #include <chrono>
 #include <cstring>
 
-#include "fake_ring.hpp"
-#include "test_util.hpp"
+#include "fake_verbs.hpp"
 
 namespace {
 
-using kinet::Status;
-using kinet::dev::Sharing;
-using kinet::dev::Ticket;
-namespace dev = kinet::dev;
-namespace m = kinet::mlx5;
-using kinet::test::FakeRing;
-
-template <Sharing S> struct Mode { static constexpr Sharing value = S; };
-using Modes = ::testing::Types<Mode<Sharing::Exclusive>, Mode<Sharing::Cta>, Mode<Sharing::Gpu>>;
-struct ModeNames {
-  template <class T> static std::string GetName(int) {
-    return T::value == Sharing::Exclusive ? "Exclusive" : T::value == Sharing::Cta ? "Cta" : "Gpu";
-  }
-};
-
 template <class T> class Verbs : public ::testing::Test {};
-TYPED_TEST_SUITE(Verbs, Modes, ModeNames);
+TYPED_TEST_SUITE(Verbs, kinet::test::SharingModes, kinet::test::SharingModeNames);
 
-constexpr kinet::Lkey kLkey{0x11223344};
-constexpr kinet::Rkey kRkey{0x55667788};
 
 TYPED_TEST(Verbs, TicketZeroIsAlwaysOk) {
   constexpr Sharing S = TypeParam::value;
