@@ -154,7 +154,9 @@ TEST(EmuHostile, PutSignalLengthClasses) {
     EXPECT_EQ(s, c.want);
     // The signal moves only when the data went through.
     EXPECT_EQ(*sig.u64(), c.want == Status::Ok ? 1u : 0u);
-    if (c.want == Status::InvalidArgument) EXPECT_EQ(reserved(h), 0u);
+    if (c.want == Status::InvalidArgument) {
+      EXPECT_EQ(reserved(h), 0u);
+    }
   }
 }
 
@@ -467,7 +469,9 @@ TEST(EmuHostile, SourceUnmappedDuringTraffic) {
   int ok = 0;
   Status last = Status::Ok;
   for (int i = 0; i < 200 && last == Status::Ok; ++i) {
-    if (i == 20) ASSERT_EQ(munmap(m, 4 * pg), 0);
+    if (i == 20) {
+      ASSERT_EQ(munmap(m, 4 * pg), 0);
+    }
     dev::Ticket t;
     last = dev::put<X>(h, m, mr->lkey(), b.addr(), b.rkey(), 4 * pg, 0, &t);
     if (last == Status::Ok) last = dev::wait<X>(h, t);

@@ -138,7 +138,7 @@ TEST(EmuHostileVerbs, AtomicResultLengthAtItsEdges) {
     *b.u64() = 5;
     std::memset(a.p(), 0xee, 64);
     const dev::QpHandle h = p.h();
-    uint64_t idx;
+    uint64_t idx = 0;
     ASSERT_EQ(dev::reserve<X>(h, 1, &idx), Status::Ok);
     dev::prepare_fetch_add<X>(h, idx, a.u64(), a.lkey(), b.addr(), b.rkey(), 1, dev::kSignal);
     uint8_t* bc = h.sq + (idx & (h.size() - 1)) * 64 + 48;  // data segment byte count (BE), after ctrl/raddr/atomic
@@ -175,7 +175,7 @@ PatchedRun run_patched(bool inline_write, const std::function<void(uint8_t*)>& p
   Region& b = p.reg_b(64);
   *b.u64() = 5;
   const dev::QpHandle h = p.h();
-  uint64_t idx;
+  uint64_t idx = 0;
   EXPECT_EQ(dev::reserve<X>(h, 1, &idx), Status::Ok);
   const uint32_t word = 0x01020304;
   if (inline_write) dev::prepare_write_inline<X>(h, idx, &word, 4, b.addr(), b.rkey(), dev::kSignal);
@@ -253,8 +253,9 @@ TEST(EmuHostileVerbs, DeviceNamesAndOptions) {
   EXPECT_EQ(q->state(), QpState::Reset);
   kinet::QpConfig c;
   c.rings = kinet::RingPlacement::Gpu;
-  if (!d->attr().gpu_memory)
+  if (!d->attr().gpu_memory) {
     EXPECT_TRUE(throws_error([&] { pd->create_qp(c); }, ErrorCode::NotSupported, {"need a GPU"}));
+  }
   c = {};
   c.posters = kinet::Posters::Gpu;
   if (!d->attr().gpu_memory)
