@@ -258,8 +258,9 @@ TEST(EmuHostileVerbs, DeviceNamesAndOptions) {
   }
   c = {};
   c.posters = kinet::Posters::Gpu;
-  if (!d->attr().gpu_memory)
+  if (!d->attr().gpu_memory) {
     EXPECT_TRUE(throws_error([&] { pd->create_qp(c); }, ErrorCode::NotSupported, {"needs a GPU"}));
+  }
 }
 
 }  // namespace
