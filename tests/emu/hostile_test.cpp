@@ -236,10 +236,24 @@ TEST(EmuHostile, ForeignStaleAndForgedKeys) {
     auto pb2 = p.db->alloc_pd();
     Region other_pd = make_region(*pb2, 64);
     uint32_t lkey = a.mr->lkey_value(), rkey = b.mr->rkey_value();
+    // Keys of two devices are independent numbers and may coincide (the first
+    // key's generation is a random tag per NIC): then the other device's key
+    // IS valid here, as on hardware. Cases 0 and 1 use a key of the other
+    // device that differs from every key this one has.
+    std::unique_ptr<kinet::MemoryRegion> extra;
+    auto foreign = [&](kinet::ProtectionDomain& pd, uint8_t* where) {
+      extra = pd.reg_mr(where, 64, kinet::kAccessAll);  // an index the other device has not (or not in this PD)
+      return extra->rkey_value();
+    };
     Status want = Status::RemoteAccess;
     switch (which) {
-      case 0: rkey = a.mr->rkey_value(); break;                  // a key of the requester's own device
-      case 1: lkey = b.mr->lkey_value(), want = Status::LocalProtection; break;  // the target's key as lkey
+      case 0:  // a key of the requester's own device
+        rkey = a.mr->rkey_value() != b.mr->rkey_value() ? a.mr->rkey_value() : foreign(*p.pa, a.p());
+        break;
+      case 1:  // the target's key as lkey
+        lkey = b.mr->lkey_value() != a.mr->lkey_value() ? b.mr->lkey_value() : foreign(*p.pb, b.p());
+        want = Status::LocalProtection;
+        break;
       case 2: rkey = other_pd.mr->rkey_value(); break;           // the target device, another PD
       case 3: {                                                   // stale: deregistered
         auto m = p.pb->reg_mr(b.p(), 64, kinet::kAccessAll);
