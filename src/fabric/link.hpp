@@ -1,0 +1,43 @@
+// kinet fabric — a link: a reliable, ordered, bidirectional channel of whole
+// frames (wire.hpp) to one peer process. TCP between hosts, shared memory
+// between processes of one host; the fabric above does not care which.
+//
+// Threading: one thread sends and one thread receives at a time (the fabric
+// serialises its senders); close() may be called from any thread and wakes
+// both.
+//
+// Failures throw kinet::Error(ErrorCode::System) whose message names the peer
+// (peer_name()) and says what happened, in one of two forms a caller may rely
+// on: "... peer lost: <why>" (the peer closed, died, the connection reset) and
+// "... timeout after N ms waiting for <what>".
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kinet::fabric {
+
+using Clock = std::chrono::steady_clock;
+
+class Link {
+ public:
+  virtual ~Link() = default;
+  // Sends one whole encoded frame (header included). Blocks while the peer
+  // does not drain (flow control), until `deadline`, then throws the timeout
+  // form. Throws "peer lost" when the link is gone.
+  virtual void send(const uint8_t* frame, size_t n, Clock::time_point deadline) = 0;
+  // Receives the next whole frame into `out` (resized to it). Returns false
+  // when none arrived by `deadline` (not an error: the caller polls). Throws
+  // "peer lost" on EOF or reset, and InvalidArgument when the peer sends a
+  // malformed header or a frame over max_frame (the link is then closed: a
+  // byte stream can't resynchronise).
+  virtual bool recv(std::vector<uint8_t>& out, Clock::time_point deadline) = 0;
+  // Closes both directions; blocked and later send/recv throw "peer lost".
+  virtual void close() = 0;
+  // "tcp 192.0.2.2:41234", "shm pid 1234": for messages.
+  virtual const std::string& peer_name() const = 0;
+};
+
+}  // namespace kinet::fabric

@@ -1,0 +1,99 @@
+// kinet fabric — the wire protocol between software NICs (and, later, proxies)
+// in different processes: what travels for one RDMA operation, and its answer.
+//
+// Every frame is a 16-byte header and a body; all integers little-endian.
+//   header   magic "KNF1" (u32 0x31464e4b), version u8 (1), type u8, flags u16
+//            (0), body_len u32, reserved u32 (0)
+//   Hello    the first frame each side sends on a new link: who it is, the
+//            largest frame it accepts.
+//   Request  one responder operation (a whole WQE or one chunk of it): WRITE
+//            carries its payload; READ asks for `len` bytes back; atomics
+//            carry operand/compare and get the old value back.
+//   Response answers one Request (same seq): a PRM syndrome (0 = done), a
+//            reason text, READ data, the atomic's old value.
+// A requester splits a transfer into Requests of at most kMaxChunk bytes, so
+// no frame is larger than kMaxFrame whatever max_msg is.
+//
+// decode() reads nothing past `n` bytes and checks every field (magic,
+// version, type, reserved bits and words, lengths against each other and the
+// limits); it is the only function that turns peer bytes into a Frame, and it
+// is fuzzed in CI.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kinet::fabric {
+
+inline constexpr uint32_t kMagic = 0x31464e4b;  // "KNF1" read as little-endian bytes
+inline constexpr uint8_t kVersion = 1;
+inline constexpr size_t kHeaderBytes = 16;
+inline constexpr uint64_t kMaxChunk = 1u << 20;  // payload bytes per Request / Response
+inline constexpr size_t kMaxWhy = 512;           // reason text bytes in a Response
+inline constexpr size_t kMaxFrame = 4096 + kMaxChunk;  // header + body, upper bound of any frame
+
+enum class FrameType : uint8_t { Hello = 1, Request = 2, Response = 3 };
+
+// Operation kinds, as they travel (values are the wire's, not the PRM's).
+enum class OpKind : uint8_t { Write = 1, Read = 2, FetchAdd = 3, CompareSwap = 4 };
+
+struct Hello {
+  uint64_t process_id = 0;  // random per process: tells a reconnect from a new peer
+  uint32_t max_frame = 0;   // largest frame this side accepts (>= 4096 + kMaxChunk)
+  std::string name;         // printable, for messages ("host:pid"), <= 128 bytes
+};
+
+// Addresses on the wire: a node is one software NIC, unique across hosts and
+// processes (64 random bits); a QP is named by its node and QPN.
+struct Request {
+  uint64_t seq = 0;            // requester's, echoed by the Response
+  uint64_t from_node = 0;
+  uint32_t from_qpn = 0;
+  uint64_t to_node = 0;
+  uint32_t to_qpn = 0;
+  OpKind kind = OpKind::Write;
+  uint64_t raddr = 0;
+  uint32_t rkey = 0;
+  uint64_t len = 0;            // Write: payload size; Read: bytes asked; atomics: 8
+  uint64_t operand = 0;        // FetchAdd: add; CompareSwap: swap
+  uint64_t compare = 0;        // CompareSwap
+  // Write: the payload (len bytes). encode() takes it by pointer, decode()
+  // points into the received buffer (valid while that buffer is).
+  const uint8_t* payload = nullptr;
+};
+
+struct Response {
+  uint64_t seq = 0;
+  uint8_t syndrome = 0;        // PRM CQE syndrome; 0 = completed
+  std::string why;             // reason when syndrome != 0 (<= kMaxWhy bytes)
+  uint64_t old_value = 0;      // atomics
+  uint64_t len = 0;            // Read: bytes that follow (== the Request's len on success, else 0)
+  const uint8_t* payload = nullptr;
+};
+
+struct Frame {
+  FrameType type = FrameType::Hello;
+  Hello hello;
+  Request request;
+  Response response;
+};
+
+// Appends one encoded frame to `out`. The caller keeps within the limits
+// (debug builds assert them); encode never fails otherwise.
+void encode(const Hello& h, std::vector<uint8_t>& out);
+void encode(const Request& r, std::vector<uint8_t>& out);
+void encode(const Response& r, std::vector<uint8_t>& out);
+
+// Body length announced by a frame header (the first kHeaderBytes bytes of
+// `hdr`), so a reader knows how much to read; "" in *why on success. Fails on
+// a bad magic, version, type, flags or reserved word, or a body longer than
+// `max_frame - kHeaderBytes`.
+bool frame_body_len(const uint8_t* hdr, size_t max_frame, uint32_t* body_len, std::string* why);
+
+// Decodes one whole frame (header + body, exactly n bytes). On failure returns
+// false and says which field is wrong and why in *why; `out` is then
+// unspecified. Payload pointers point into `p`.
+bool decode(const uint8_t* p, size_t n, Frame* out, std::string* why);
+
+}  // namespace kinet::fabric
