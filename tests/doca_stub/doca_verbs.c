@@ -45,6 +45,9 @@ STUB_EXPORT int doca_verbs_bridge_verbs_query_device(void* ctx, void** attr) {
   if (!ctx || !attr) return 6;
   struct dev_attr* a = stub_new(sizeof *a);
   a->max_qp = 4096, a->max_qp_wr = KINET_STUB_MAX_QP_WR, a->max_mr = 65536;
+#ifdef STUB_MAX_QP_WR
+  a->max_qp_wr = STUB_MAX_QP_WR;
+#endif
   *attr = a;
   ++kinet_stub_stats.query_device;
   return 0;
@@ -146,6 +149,9 @@ STUB_EXPORT void doca_verbs_qp_get_wq(const void* qp, void** sq, uint32_t* sq_n,
   const struct qp* q = qp;
   ++kinet_stub_stats.calls;
   *sq = (uint8_t*)q->a.umem->addr + q->a.off, *sq_n = q->a.sq_wr, *rq = NULL, *rq_n = 0, *rwqe = 0;
+#ifdef STUB_SHIFT_SQ
+  *sq = (uint8_t*)*sq + 64; /* an SDK that put the ring elsewhere than asked */
+#endif
 }
 STUB_EXPORT void* doca_verbs_qp_get_dbr_addr(const void* qp) {
   const struct qp* q = qp;

@@ -7,7 +7,9 @@
  * Build switches (one scenario directory each, tests/CMakeLists.txt):
  *   STUB_FAIL="<call>" STUB_FAIL_CODE=<n>  that call returns doca_error_t n
  *   STUB_NO_ERROR_NAME                     no doca_error_get_name / _descr
- *   STUB_OMIT_QP_MODIFY                    no doca_verbs_qp_modify */
+ *   STUB_OMIT_QP_MODIFY                    no doca_verbs_qp_modify
+ *   STUB_SHIFT_SQ                          doca_verbs_qp_get_wq reports the ring 64 B off
+ *   STUB_MAX_QP_WR=<n>                     the device attributes' max_qp_wr */
 #ifndef KINET_DOCA_STUB_H
 #define KINET_DOCA_STUB_H
 #include <stddef.h>

@@ -247,6 +247,37 @@ TEST(DocaSdkDevice, FailingModifyLeavesTheState) {
   EXPECT_EQ(qp->state(), QpState::Reset);
 }
 
+TEST(DocaSdkDevice, RingTheSdkPutElsewhereIsRefused) {
+  Stubbed st("shifted_sq");
+  ASSERT_TRUE(st.ok());
+  auto dev = kinet::doca::open_emu_device(st.sdk, "mlx5_emu");
+  auto pd = dev->alloc_pd();
+  kinet::QpConfig cfg;
+  cfg.sq_depth = 16;
+  const std::string m = error_of([&] { pd->create_qp(cfg); }, ErrorCode::System);
+  auto* base = static_cast<uint8_t*>(st.common->umem_addr);
+  char want[64];
+  std::snprintf(want, sizeof want, "reports the send ring at %p, not at %p", static_cast<void*>(base + 64),
+                static_cast<void*>(base));
+  EXPECT_NE(m.find(want), std::string::npos) << m << "\nwant: " << want;
+  EXPECT_EQ(st.common->live, 1);  // the PD's doca_dev; the QP's UMEM and UAR are gone
+  EXPECT_EQ(st.verbs->live, 2);   // the device's context and the PD's import; the QP's CQ and QP are gone
+}
+
+TEST(DocaSdkDevice, MaxQpWrAtItsEdges) {
+  {
+    Stubbed st("max_qp_wr_1");  // below the smallest ring: refused
+    ASSERT_TRUE(st.ok());
+    const std::string m = error_of([&] { kinet::doca::open_emu_device(st.sdk, "mlx5_emu"); }, ErrorCode::System);
+    EXPECT_NE(m.find("doca_verbs_device_attr_get_max_qp_wr reports 1"), std::string::npos) << m;
+    EXPECT_EQ(st.verbs->live, 0);  // the imported context went with the failed open
+  }
+  Stubbed st("max_qp_wr_3");  // 3: rounded down to the power of two 2, the smallest ring
+  ASSERT_TRUE(st.ok());
+  auto dev = kinet::doca::open_emu_device(st.sdk, "mlx5_emu");
+  EXPECT_EQ(dev->attr().max_qp_wr, 2u);
+}
+
 TEST(DocaSdkDevice, RealSdkIsNotGivenTheSoftwareNic) {
   Stubbed st("not_standin");
   ASSERT_NE(st.sdk, nullptr);
