@@ -6,21 +6,63 @@
 
 enum { RST = 0, INIT = 1, RTR = 2, RTS = 3, ERR = 4 };
 enum {
-  A_WRITE = 1 << 0, A_READ = 1 << 1, A_PKEY = 1 << 2, A_MIN_RNR = 1 << 3, A_PORT = 1 << 4, A_NEXT = 1 << 5,
-  A_MTU = 1 << 7, A_RQ_PSN = 1 << 8, A_SQ_PSN = 1 << 9, A_DEST = 1 << 10, A_ACK = 1 << 11, A_RETRY = 1 << 12,
-  A_RNR = 1 << 13, A_AH = 1 << 14
+  A_WRITE = 1 << 0,
+  A_READ = 1 << 1,
+  A_PKEY = 1 << 2,
+  A_MIN_RNR = 1 << 3,
+  A_PORT = 1 << 4,
+  A_NEXT = 1 << 5,
+  A_MTU = 1 << 7,
+  A_RQ_PSN = 1 << 8,
+  A_SQ_PSN = 1 << 9,
+  A_DEST = 1 << 10,
+  A_ACK = 1 << 11,
+  A_RETRY = 1 << 12,
+  A_RNR = 1 << 13,
+  A_AH = 1 << 14
 };
 
-struct gid { uint8_t raw[16]; };
-struct dev_attr { uint32_t max_qp, max_qp_wr, max_mr; };
-struct cq_attr { uint32_t size; struct stub_umem* umem; uint64_t off; struct stub_uar* uar; };
-struct cq { struct cq_attr a; uint32_t cqn; };
-struct qp_init { void *pd, *scq, *rcq; uint32_t sq_wr, rq_wr, sges, type; struct stub_umem *umem, *dbr_umem;
-                 uint64_t off, dbr_off; struct stub_uar* uar; };
-struct qp { struct qp_init a; uint32_t qpn; int state; };
-struct ah { int type; uint8_t gid[16]; uint32_t dlid; uint8_t sgid, hop; };
-struct qp_attr { int next, cur, mtu, write, read, atomic; uint32_t rq_psn, sq_psn, dest; struct ah* ah;
-                 uint16_t pkey, port, ack, retry, rnr, min_rnr; uint8_t rd, dest_rd; };
+struct gid {
+  uint8_t raw[16];
+};
+struct dev_attr {
+  uint32_t max_qp, max_qp_wr, max_mr;
+};
+struct cq_attr {
+  uint32_t size;
+  struct stub_umem* umem;
+  uint64_t off;
+  struct stub_uar* uar;
+};
+struct cq {
+  struct cq_attr a;
+  uint32_t cqn;
+};
+struct qp_init {
+  void *pd, *scq, *rcq;
+  uint32_t sq_wr, rq_wr, sges, type;
+  struct stub_umem *umem, *dbr_umem;
+  uint64_t off, dbr_off;
+  struct stub_uar* uar;
+};
+struct qp {
+  struct qp_init a;
+  uint32_t qpn;
+  int state;
+};
+struct ah {
+  int type;
+  uint8_t gid[16];
+  uint32_t dlid;
+  uint8_t sgid, hop;
+};
+struct qp_attr {
+  int next, cur, mtu, write, read, atomic;
+  uint32_t rq_psn, sq_psn, dest;
+  struct ah* ah;
+  uint16_t pkey, port, ack, retry, rnr, min_rnr;
+  uint8_t rd, dest_rd;
+};
 
 static uint32_t next_qpn = KINET_STUB_QPN_BASE, next_cqn = KINET_STUB_CQN_BASE;
 
@@ -31,7 +73,12 @@ STUB_EXPORT int doca_verbs_bridge_verbs_context_import(void* ctx, uint32_t flags
   ++kinet_stub_stats.ctx_import;
   return 0;
 }
-STUB_EXPORT int doca_verbs_context_destroy(void* vctx) { STUB_ENTER(); stub_free(vctx); ++kinet_stub_stats.ctx_destroy; return 0; }
+STUB_EXPORT int doca_verbs_context_destroy(void* vctx) {
+  STUB_ENTER();
+  stub_free(vctx);
+  ++kinet_stub_stats.ctx_destroy;
+  return 0;
+}
 STUB_EXPORT int doca_verbs_bridge_verbs_pd_import(void* pd, void** vpd) {
   STUB_ENTER();
   if (!pd || !vpd) return 6;
@@ -39,7 +86,12 @@ STUB_EXPORT int doca_verbs_bridge_verbs_pd_import(void* pd, void** vpd) {
   ++kinet_stub_stats.pd_import;
   return 0;
 }
-STUB_EXPORT int doca_verbs_pd_destroy(void* vpd) { STUB_ENTER(); stub_free(vpd); ++kinet_stub_stats.pd_destroy; return 0; }
+STUB_EXPORT int doca_verbs_pd_destroy(void* vpd) {
+  STUB_ENTER();
+  stub_free(vpd);
+  ++kinet_stub_stats.pd_destroy;
+  return 0;
+}
 STUB_EXPORT int doca_verbs_bridge_verbs_query_device(void* ctx, void** attr) {
   STUB_ENTER();
   if (!ctx || !attr) return 6;
@@ -52,21 +104,50 @@ STUB_EXPORT int doca_verbs_bridge_verbs_query_device(void* ctx, void** attr) {
   ++kinet_stub_stats.query_device;
   return 0;
 }
-STUB_EXPORT int doca_verbs_device_attr_free(void* a) { STUB_ENTER(); stub_free(a); return 0; }
-STUB_EXPORT uint32_t doca_verbs_device_attr_get_max_qp(const void* a) { ++kinet_stub_stats.calls; return ((const struct dev_attr*)a)->max_qp; }
-STUB_EXPORT uint32_t doca_verbs_device_attr_get_max_qp_wr(const void* a) { ++kinet_stub_stats.calls; return ((const struct dev_attr*)a)->max_qp_wr; }
-STUB_EXPORT uint32_t doca_verbs_device_attr_get_max_mr(const void* a) { ++kinet_stub_stats.calls; return ((const struct dev_attr*)a)->max_mr; }
+STUB_EXPORT int doca_verbs_device_attr_free(void* a) {
+  STUB_ENTER();
+  stub_free(a);
+  return 0;
+}
+STUB_EXPORT uint32_t doca_verbs_device_attr_get_max_qp(const void* a) {
+  ++kinet_stub_stats.calls;
+  return ((const struct dev_attr*)a)->max_qp;
+}
+STUB_EXPORT uint32_t doca_verbs_device_attr_get_max_qp_wr(const void* a) {
+  ++kinet_stub_stats.calls;
+  return ((const struct dev_attr*)a)->max_qp_wr;
+}
+STUB_EXPORT uint32_t doca_verbs_device_attr_get_max_mr(const void* a) {
+  ++kinet_stub_stats.calls;
+  return ((const struct dev_attr*)a)->max_mr;
+}
 
 /* ---- CQ ---- */
-STUB_EXPORT int doca_verbs_cq_attr_create(void** a) { STUB_ENTER(); *a = stub_new(sizeof(struct cq_attr)); return 0; }
-STUB_EXPORT int doca_verbs_cq_attr_destroy(void* a) { STUB_ENTER(); stub_free(a); return 0; }
-STUB_EXPORT int doca_verbs_cq_attr_set_cq_size(void* a, uint32_t n) { STUB_ENTER(); ((struct cq_attr*)a)->size = n; return 0; }
+STUB_EXPORT int doca_verbs_cq_attr_create(void** a) {
+  STUB_ENTER();
+  *a = stub_new(sizeof(struct cq_attr));
+  return 0;
+}
+STUB_EXPORT int doca_verbs_cq_attr_destroy(void* a) {
+  STUB_ENTER();
+  stub_free(a);
+  return 0;
+}
+STUB_EXPORT int doca_verbs_cq_attr_set_cq_size(void* a, uint32_t n) {
+  STUB_ENTER();
+  ((struct cq_attr*)a)->size = n;
+  return 0;
+}
 STUB_EXPORT int doca_verbs_cq_attr_set_external_umem(void* a, void* umem, uint64_t off) {
   STUB_ENTER();
   ((struct cq_attr*)a)->umem = umem, ((struct cq_attr*)a)->off = off;
   return 0;
 }
-STUB_EXPORT int doca_verbs_cq_attr_set_external_uar(void* a, void* uar) { STUB_ENTER(); ((struct cq_attr*)a)->uar = uar; return 0; }
+STUB_EXPORT int doca_verbs_cq_attr_set_external_uar(void* a, void* uar) {
+  STUB_ENTER();
+  ((struct cq_attr*)a)->uar = uar;
+  return 0;
+}
 STUB_EXPORT int doca_verbs_cq_create(void* vctx, void* attr, void** out) {
   STUB_ENTER();
   const struct cq_attr* a = attr;
@@ -80,7 +161,12 @@ STUB_EXPORT int doca_verbs_cq_create(void* vctx, void* attr, void** out) {
   ++kinet_stub_stats.cq_create;
   return 0;
 }
-STUB_EXPORT int doca_verbs_cq_destroy(void* c) { STUB_ENTER(); stub_free(c); ++kinet_stub_stats.cq_destroy; return 0; }
+STUB_EXPORT int doca_verbs_cq_destroy(void* c) {
+  STUB_ENTER();
+  stub_free(c);
+  ++kinet_stub_stats.cq_destroy;
+  return 0;
+}
 STUB_EXPORT void doca_verbs_cq_get_wq(void* cq, void** buf, uint32_t* n, uint8_t* size) {
   const struct cq* c = cq;
   ++kinet_stub_stats.calls;
@@ -95,16 +181,27 @@ STUB_EXPORT void doca_verbs_cq_get_dbr_addr(void* cq, uint64_t** db, uint32_t** 
   *arm = *ci + 1;
   *db = c->a.uar->reg;
 }
-STUB_EXPORT uint32_t doca_verbs_cq_get_cqn(const void* cq) { ++kinet_stub_stats.calls; return ((const struct cq*)cq)->cqn; }
+STUB_EXPORT uint32_t doca_verbs_cq_get_cqn(const void* cq) {
+  ++kinet_stub_stats.calls;
+  return ((const struct cq*)cq)->cqn;
+}
 
 /* ---- QP ---- */
-STUB_EXPORT int doca_verbs_qp_init_attr_create(void** a) { STUB_ENTER(); *a = stub_new(sizeof(struct qp_init)); return 0; }
-STUB_EXPORT int doca_verbs_qp_init_attr_destroy(void* a) { STUB_ENTER(); stub_free(a); return 0; }
-#define INIT_SET(fn, field, type)                            \
-  STUB_EXPORT int fn(void* a, type v) {                      \
-    STUB_ENTER();                                            \
-    ((struct qp_init*)a)->field = v;                         \
-    return 0;                                                \
+STUB_EXPORT int doca_verbs_qp_init_attr_create(void** a) {
+  STUB_ENTER();
+  *a = stub_new(sizeof(struct qp_init));
+  return 0;
+}
+STUB_EXPORT int doca_verbs_qp_init_attr_destroy(void* a) {
+  STUB_ENTER();
+  stub_free(a);
+  return 0;
+}
+#define INIT_SET(fn, field, type)       \
+  STUB_EXPORT int fn(void* a, type v) { \
+    STUB_ENTER();                       \
+    ((struct qp_init*)a)->field = v;    \
+    return 0;                           \
   }
 INIT_SET(doca_verbs_qp_init_attr_set_pd, pd, void*)
 INIT_SET(doca_verbs_qp_init_attr_set_send_cq, scq, void*)
@@ -127,8 +224,7 @@ STUB_EXPORT int doca_verbs_qp_init_attr_set_external_dbr_umem(void* a, void* ume
 STUB_EXPORT int doca_verbs_qp_create(void* vctx, void* attr, void** out) {
   STUB_ENTER();
   const struct qp_init* a = attr;
-  if (!vctx || !a || !out || !a->pd || !a->scq || !a->rcq || !a->sq_wr || !a->umem || !a->dbr_umem || !a->uar)
-    return 6;
+  if (!vctx || !a || !out || !a->pd || !a->scq || !a->rcq || !a->sq_wr || !a->umem || !a->dbr_umem || !a->uar) return 6;
   if (a->sq_wr > KINET_STUB_MAX_QP_WR || a->off + (uint64_t)a->sq_wr * 64 > a->umem->size ||
       a->dbr_off + 8 > a->dbr_umem->size)
     return 6;
@@ -143,7 +239,12 @@ STUB_EXPORT int doca_verbs_qp_create(void* vctx, void* attr, void** out) {
   ++kinet_stub_stats.qp_create;
   return 0;
 }
-STUB_EXPORT int doca_verbs_qp_destroy(void* q) { STUB_ENTER(); stub_free(q); ++kinet_stub_stats.qp_destroy; return 0; }
+STUB_EXPORT int doca_verbs_qp_destroy(void* q) {
+  STUB_ENTER();
+  stub_free(q);
+  ++kinet_stub_stats.qp_destroy;
+  return 0;
+}
 STUB_EXPORT void doca_verbs_qp_get_wq(const void* qp, void** sq, uint32_t* sq_n, void** rq, uint32_t* rq_n,
                                       uint32_t* rwqe) {
   const struct qp* q = qp;
@@ -158,8 +259,14 @@ STUB_EXPORT void* doca_verbs_qp_get_dbr_addr(const void* qp) {
   ++kinet_stub_stats.calls;
   return (uint8_t*)q->a.dbr_umem->addr + q->a.dbr_off;
 }
-STUB_EXPORT void* doca_verbs_qp_get_uar_addr(const void* qp) { ++kinet_stub_stats.calls; return ((const struct qp*)qp)->a.uar->reg; }
-STUB_EXPORT uint32_t doca_verbs_qp_get_qpn(const void* qp) { ++kinet_stub_stats.calls; return ((const struct qp*)qp)->qpn; }
+STUB_EXPORT void* doca_verbs_qp_get_uar_addr(const void* qp) {
+  ++kinet_stub_stats.calls;
+  return ((const struct qp*)qp)->a.uar->reg;
+}
+STUB_EXPORT uint32_t doca_verbs_qp_get_qpn(const void* qp) {
+  ++kinet_stub_stats.calls;
+  return ((const struct qp*)qp)->qpn;
+}
 
 #ifndef STUB_OMIT_QP_MODIFY
 STUB_EXPORT int doca_verbs_qp_modify(void* qp, void* attr, int mask) {
@@ -196,14 +303,25 @@ STUB_EXPORT int doca_verbs_qp_query(void* qp, void* attr, void* init_attr, int* 
   return 0;
 }
 
-STUB_EXPORT int doca_verbs_qp_attr_create(void** a) { STUB_ENTER(); *a = stub_new(sizeof(struct qp_attr)); return 0; }
-STUB_EXPORT int doca_verbs_qp_attr_destroy(void* a) { STUB_ENTER(); stub_free(a); return 0; }
-STUB_EXPORT int doca_verbs_qp_attr_get_current_state(void* a) { ++kinet_stub_stats.calls; return ((struct qp_attr*)a)->cur; }
-#define ATTR_SET(fn, field, type)                            \
-  STUB_EXPORT int fn(void* a, type v) {                      \
-    STUB_ENTER();                                            \
-    ((struct qp_attr*)a)->field = v;                         \
-    return 0;                                                \
+STUB_EXPORT int doca_verbs_qp_attr_create(void** a) {
+  STUB_ENTER();
+  *a = stub_new(sizeof(struct qp_attr));
+  return 0;
+}
+STUB_EXPORT int doca_verbs_qp_attr_destroy(void* a) {
+  STUB_ENTER();
+  stub_free(a);
+  return 0;
+}
+STUB_EXPORT int doca_verbs_qp_attr_get_current_state(void* a) {
+  ++kinet_stub_stats.calls;
+  return ((struct qp_attr*)a)->cur;
+}
+#define ATTR_SET(fn, field, type)       \
+  STUB_EXPORT int fn(void* a, type v) { \
+    STUB_ENTER();                       \
+    ((struct qp_attr*)a)->field = v;    \
+    return 0;                           \
   }
 ATTR_SET(doca_verbs_qp_attr_set_next_state, next, int)
 ATTR_SET(doca_verbs_qp_attr_set_path_mtu, mtu, int)
@@ -238,9 +356,33 @@ STUB_EXPORT int doca_verbs_ah_attr_create(void* vctx, void** ah) {
   ++kinet_stub_stats.ah_create;
   return 0;
 }
-STUB_EXPORT int doca_verbs_ah_attr_destroy(void* ah) { STUB_ENTER(); stub_free(ah); return 0; }
-STUB_EXPORT int doca_verbs_ah_attr_set_gid(void* ah, struct gid g) { STUB_ENTER(); memcpy(((struct ah*)ah)->gid, g.raw, 16); return 0; }
-STUB_EXPORT int doca_verbs_ah_attr_set_addr_type(void* ah, int t) { STUB_ENTER(); ((struct ah*)ah)->type = t; return 0; }
-STUB_EXPORT int doca_verbs_ah_attr_set_dlid(void* ah, uint32_t l) { STUB_ENTER(); ((struct ah*)ah)->dlid = l; return 0; }
-STUB_EXPORT int doca_verbs_ah_attr_set_sgid_index(void* ah, uint8_t i) { STUB_ENTER(); ((struct ah*)ah)->sgid = i; return 0; }
-STUB_EXPORT int doca_verbs_ah_attr_set_hop_limit(void* ah, uint8_t h) { STUB_ENTER(); ((struct ah*)ah)->hop = h; return 0; }
+STUB_EXPORT int doca_verbs_ah_attr_destroy(void* ah) {
+  STUB_ENTER();
+  stub_free(ah);
+  return 0;
+}
+STUB_EXPORT int doca_verbs_ah_attr_set_gid(void* ah, struct gid g) {
+  STUB_ENTER();
+  memcpy(((struct ah*)ah)->gid, g.raw, 16);
+  return 0;
+}
+STUB_EXPORT int doca_verbs_ah_attr_set_addr_type(void* ah, int t) {
+  STUB_ENTER();
+  ((struct ah*)ah)->type = t;
+  return 0;
+}
+STUB_EXPORT int doca_verbs_ah_attr_set_dlid(void* ah, uint32_t l) {
+  STUB_ENTER();
+  ((struct ah*)ah)->dlid = l;
+  return 0;
+}
+STUB_EXPORT int doca_verbs_ah_attr_set_sgid_index(void* ah, uint8_t i) {
+  STUB_ENTER();
+  ((struct ah*)ah)->sgid = i;
+  return 0;
+}
+STUB_EXPORT int doca_verbs_ah_attr_set_hop_limit(void* ah, uint8_t h) {
+  STUB_ENTER();
+  ((struct ah*)ah)->hop = h;
+  return 0;
+}

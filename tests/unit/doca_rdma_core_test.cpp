@@ -53,6 +53,7 @@ TEST_F(DocaRdmaCore, WithTheSdkSdkModeAnswers) {
 
 TEST_F(DocaRdmaCore, BrokenSdkFallsBackToTheOpenImplementation) {
   const std::string dir = kStubs + "/no_qp_modify";
-  EXPECT_EXIT(child(dir.c_str(), "mlx5_0"), ::testing::ExitedWithCode(0), "^not found: open mlx5_0: no such RDMA device");
+  EXPECT_EXIT(child(dir.c_str(), "mlx5_0"), ::testing::ExitedWithCode(0),
+              "^not found: open mlx5_0: no such RDMA device");
 }
 }  // namespace

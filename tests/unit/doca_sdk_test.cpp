@@ -134,7 +134,8 @@ TEST(DocaLoad, PathPointingNowhere) {
   const std::string dir = kStubs + "/no_such_directory";
   const Sdk::Loaded l = Sdk::load(dir);
   EXPECT_EQ(l.sdk, nullptr);
-  EXPECT_EQ(l.decision.line, "DOCA_SDK_LIB_PATH=" + dir + ": can't be read (errno 2: No such file or directory)" + kOff);
+  EXPECT_EQ(l.decision.line,
+            "DOCA_SDK_LIB_PATH=" + dir + ": can't be read (errno 2: No such file or directory)" + kOff);
 }
 
 TEST(DocaLoad, PathNamingAFile) {
