@@ -5,6 +5,12 @@ struct stub_dev {
   void* pd;
 };
 
+#ifdef STUB_LINKED
+/* Called by libdoca_verbs.so of the "linked" scenario, which names this
+ * library as a dependency (DT_NEEDED libdoca_common.so.2) as the SDK's do. */
+STUB_EXPORT int kinet_stub_common_ping(void) { return 42; }
+#endif
+
 #ifndef STUB_NO_STANDIN
 STUB_EXPORT const char* kinet_standin(void) { return "kinet stand-in DOCA SDK"; }
 #endif

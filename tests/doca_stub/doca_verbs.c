@@ -66,9 +66,15 @@ struct qp_attr {
 
 static uint32_t next_qpn = KINET_STUB_QPN_BASE, next_cqn = KINET_STUB_CQN_BASE;
 
+#ifdef STUB_LINKED
+int kinet_stub_common_ping(void); /* in libdoca_common.so.2, this library's dependency */
+#endif
 STUB_EXPORT int doca_verbs_bridge_verbs_context_import(void* ctx, uint32_t flags, void** vctx) {
   STUB_ENTER();
   if (!ctx || flags || !vctx) return 6;
+#ifdef STUB_LINKED
+  if (kinet_stub_common_ping() != 42) return 22;
+#endif
   *vctx = stub_new(8);
   ++kinet_stub_stats.ctx_import;
   return 0;

@@ -1,6 +1,7 @@
 // SDK mode's loader: the fallback decision as a pure function (every branch,
 // exact line), then load() against stand-in SDK directories built by the
 // test suite (tests/doca_stub), and the error text of an SDK failure.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -92,6 +93,29 @@ TEST(DocaLoad, CompleteStandInLoads) {
   EXPECT_NE(l.sdk->fn().qp_modify, nullptr);
   EXPECT_NE(l.sdk->fn().error_get_name, nullptr);
   EXPECT_EQ(l.sdk->dir(), kStubs + "/complete");
+}
+
+// The SDK's libraries name their dependencies (libdoca_verbs.so needs
+// libdoca_common.so.N); loaded RTLD_LOCAL in dependency order from the
+// directory, they resolve without LD_LIBRARY_PATH or RUNPATH.
+TEST(DocaLoad, LibrariesThatNameTheirDependencyLoadInOrder) {
+  const std::string dir = kStubs + "/linked";
+  {
+    // Alone, libdoca_verbs.so can't find its dependency: the order is what makes it load.
+    void* h = dlopen((dir + "/libdoca_verbs.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    const char* e = h ? nullptr : dlerror();
+    if (h) dlclose(h);
+    ASSERT_EQ(h, nullptr) << "libdoca_common.so.2 is reachable without the loader's help (LD_LIBRARY_PATH?)";
+    EXPECT_NE(std::string(e).find("libdoca_common.so.2"), std::string::npos) << e;
+  }
+  const Sdk::Loaded l = Sdk::load(dir);
+  ASSERT_NE(l.sdk, nullptr) << l.decision.line;
+  // A call that crosses from libdoca_verbs into libdoca_common works.
+  int ctx = 0;
+  void* vctx = nullptr;
+  EXPECT_EQ(l.sdk->fn().verbs_context_import(reinterpret_cast<ibv_context*>(&ctx), 0, &vctx), 0);
+  ASSERT_NE(vctx, nullptr);
+  EXPECT_EQ(l.sdk->fn().verbs_context_destroy(vctx), 0);
 }
 
 TEST(DocaLoad, MissingSymbolFallsBackNamingIt) {

@@ -190,7 +190,13 @@ Sdk::Loaded Sdk::load(const std::string& dir) {
   else p.is_dir = S_ISDIR(st.st_mode);
   for (int i = 0; i < api::kLibCount && p.dir_errno == 0 && p.is_dir; ++i) {
     // RTLD_LOCAL: the SDK's symbols stay out of the global namespace (they
-    // can't clash with the application's or with kinet's names).
+    // can't clash with the application's or with kinet's names). Loading in
+    // dependency order is what lets that work without LD_LIBRARY_PATH: a
+    // later library's DT_NEEDED (libdoca_common.so.N) is satisfied by the
+    // copy already loaded by path, matched by soname, and resolved in its own
+    // dependency scope. (NVIDIA's GPUNetIO loads them RTLD_GLOBAL for the same
+    // purpose.) An SDK whose libraries don't name their dependencies fails
+    // here with dlerror()'s "undefined symbol", which the fallback line shows.
     sdk->handles_[i] = dlopen(lib_path(dir, i).c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!sdk->handles_[i]) {
       const char* e = dlerror();
