@@ -43,6 +43,16 @@ constexpr Variable kVariables[] = {
     {"KINET_TEST_SCALE", "100", "percent applied to stress-loop sizes (the sanitizer builds set it lower)", "tests",
      true},
     {"KINET_TEST_THREADS", "8", "posting threads of the shared-queue tests", "tests", true},
+    {"DOCA_SDK_LIB_PATH", "unset",
+     "SDK mode: the directory holding the DOCA SDK's libdoca_common.so, libdoca_verbs.so and libdoca_gpunetio.so "
+     "(e.g. /opt/mellanox/doca/lib/x86_64-linux-gnu); loaded with dlopen, they make the control-path objects. "
+     "Unset or empty: kinet's open control path. A missing library or symbol: one warning naming it and the open "
+     "path; an error the SDK returns is thrown, naming the call and its doca_error_t",
+     "doca provider", false},
+    {"KINET_GDRCOPY", "1",
+     "0 = don't use GDRCopy (libgdrapi.so.2, loaded with dlopen when present) for CPU reads of GPU-memory words; "
+     "they then use CUDA copies, as when the library or its gdrdrv module is absent (one debug line says why)",
+     "library", false},
 };
 
 std::string row(const Variable& v) {
