@@ -73,7 +73,8 @@ class ShmListener {
   // shrinking or has the wrong size, missing descriptors) is refused: the
   // connection is closed and InvalidArgument names its pid and the reason;
   // the listener stays usable. A connector silent past `deadline`: System
-  // timeout form.
+  // timeout form; one gone before the answer: System "peer lost". Either way
+  // the caller may call accept() again.
   std::unique_ptr<Link> accept(Clock::time_point deadline);
   const std::string& name() const { return name_; }
 
