@@ -41,6 +41,7 @@ struct Opts {
   uint64_t ring = kShmMinRing;
   uint64_t file_bytes = 0;  // 0: the right size
   bool seal = true;
+  bool seal_write = false;  // F_SEAL_WRITE too: nobody may map it writable
   int nfds = 2;             // 0, 1 (memfd only) or 2
   bool pipe_not_socket = false;
   size_t msg_bytes = sizeof(ShmHello);
@@ -82,7 +83,11 @@ void raw_connect(Raw& r, const std::string& name, const Opts& o) {
   if (o.seal) {
     ASSERT_EQ(fcntl(r.mem, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
   }
-  void* b = mmap(nullptr, r.map, PROT_READ | PROT_WRITE, MAP_SHARED, r.mem, 0);
+  if (o.seal_write) {
+    ASSERT_EQ(fcntl(r.mem, F_ADD_SEALS, F_SEAL_WRITE), 0);
+  }
+  void* b = o.seal_write ? mmap(nullptr, r.map, PROT_READ, MAP_PRIVATE, r.mem, 0)
+                         : mmap(nullptr, r.map, PROT_READ | PROT_WRITE, MAP_SHARED, r.mem, 0);
   ASSERT_NE(b, MAP_FAILED);
   r.base = static_cast<uint8_t*>(b);
   int sp[2];
@@ -158,6 +163,9 @@ TEST(ShmLinkHostile, MalformedHandshakesAreRefusedWithTheirReason) {
   o = {};
   o.seal = false;
   expect_refused(o, "the memory file is not sealed against shrinking (a memfd with F_SEAL_SHRINK expected)");
+  o = {};
+  o.seal_write = true;
+  expect_refused(o, "mapping its memory file failed: Operation not permitted");
   o = {};
   o.nfds = 1;
   expect_refused(o, "1 descriptors (2 expected: a memfd and a socket)");
@@ -318,6 +326,68 @@ TEST(ShmLinkHostile, AFloodOfWakeUpsIsHarmless) {
   h.put(0, header(0));
   h.r.u64(0, kShmTail) = 16;
   EXPECT_TRUE(h.link->recv(f, in(5s)));
+}
+
+// A listener written with raw calls: the connector's side of the handshake.
+struct RawListener {
+  int fd = -1;
+  explicit RawListener(const std::string& name) {
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    const std::string path = "kinet-shm/" + name;
+    std::memcpy(a.sun_path + 1, path.data(), path.size());
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), offsetof(sockaddr_un, sun_path) + 1 + path.size()), 0);
+    EXPECT_EQ(listen(fd, 4), 0);
+  }
+  ~RawListener() { close(fd); }
+};
+
+// Runs shm_connect against a raw listener that answers `answer` (or, when
+// negative, closes without answering); returns the connector's error.
+std::string connect_to_raw(int answer, ErrorCode want) {
+  const std::string name = unique_name("rawl");
+  RawListener rl(name);
+  std::string msg = "no error";
+  std::thread t([&] {
+    try {
+      shm_connect(name, in(10s));
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), want) << e.what();
+      msg = e.what();
+    }
+  });
+  const int c = accept4(rl.fd, nullptr, nullptr, SOCK_CLOEXEC);
+  EXPECT_GE(c, 0);
+  uint8_t buf[64];
+  alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(4 * sizeof(int))];
+  iovec iov{buf, sizeof buf};
+  msghdr m{};
+  m.msg_iov = &iov, m.msg_iovlen = 1, m.msg_control = cbuf, m.msg_controllen = sizeof cbuf;
+  EXPECT_EQ(recvmsg(c, &m, MSG_CMSG_CLOEXEC), static_cast<ssize_t>(sizeof(ShmHello)));
+  for (cmsghdr* h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))  // the connector's memfd and socket
+    for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
+      close(fd);
+    }
+  if (answer >= 0) {
+    const uint8_t b = static_cast<uint8_t>(answer);
+    EXPECT_EQ(send(c, &b, 1, MSG_NOSIGNAL), 1);
+  }
+  close(c);
+  t.join();
+  return msg;
+}
+
+TEST(ShmLinkHostile, ConnectorRefusesAWrongAnswerAndSeesARefusal) {
+  const std::string pid = "shm pid " + std::to_string(getpid());
+  std::string m = connect_to_raw('X', ErrorCode::InvalidArgument);
+  EXPECT_NE(m.find(pid + ": listener hostile-rawl-"), std::string::npos) << m;
+  EXPECT_NE(m.find(" answered 88 to the handshake (75 expected)"), std::string::npos) << m;
+  m = connect_to_raw(-1, ErrorCode::System);
+  EXPECT_NE(m.find(pid + ": peer lost: listener hostile-rawl-"), std::string::npos) << m;
+  EXPECT_NE(m.find(" closed the connection (it refused the handshake; its log says why)"), std::string::npos) << m;
 }
 
 }  // namespace
