@@ -14,6 +14,23 @@
 // A requester splits a transfer into Requests of at most kMaxChunk bytes, so
 // no frame is larger than kMaxFrame whatever max_msg is.
 //
+// Bodies (offsets in bytes; every reserved byte 0; unused operands 0):
+//   Hello    0 process_id u64 | 8 max_frame u32 | 12 name_len u16 | 14 reserved
+//            u16 | 16 name (printable ASCII)                    = 16 + name_len
+//   Request  0 seq | 8 from_node | 16 to_node | 24 raddr | 32 len | 40 operand |
+//            48 compare (u64s) | 56 from_qpn u32 | 60 to_qpn u32 | 64 rkey u32 |
+//            68 kind u8 | 69 reserved u8[3] | 72 payload (Write only)
+//                                                  = 72 (+ len for a Write)
+//   Response 0 seq | 8 old_value | 16 len (u64s) | 24 syndrome u8 | 25 reserved
+//            u8 | 26 why_len u16 | 28 reserved u32 | 32 why (printable ASCII) |
+//            32 + why_len payload (len bytes)      = 32 + why_len + len
+// Field rules decode() enforces: QPNs are 24 bits; Write/Read len <= kMaxChunk
+// and operand = compare = 0; FetchAdd len 8, compare 0; CompareSwap len 8;
+// a Response with syndrome 0 has no reason, one with a syndrome no payload;
+// Hello max_frame in [kMaxFrame, kMaxFrameCeiling], name <= kMaxName.
+// Alignment of an atomic's raddr is the responder's check (an error CQE, not
+// a malformed frame).
+//
 // decode() reads nothing past `n` bytes and checks every field (magic,
 // version, type, reserved bits and words, lengths against each other and the
 // limits); it is the only function that turns peer bytes into a Frame, and it
@@ -22,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kinet::fabric {
@@ -32,6 +50,9 @@ inline constexpr size_t kHeaderBytes = 16;
 inline constexpr uint64_t kMaxChunk = 1u << 20;  // payload bytes per Request / Response
 inline constexpr size_t kMaxWhy = 512;           // reason text bytes in a Response
 inline constexpr size_t kMaxFrame = 4096 + kMaxChunk;  // header + body, upper bound of any frame
+inline constexpr size_t kMaxName = 128;                // Hello name bytes
+inline constexpr uint32_t kMaxFrameCeiling = 1u << 30; // largest Hello max_frame taken as sane
+inline constexpr size_t kHelloFixed = 16, kRequestFixed = 72, kResponseFixed = 32;  // body bytes before the variable part
 
 enum class FrameType : uint8_t { Hello = 1, Request = 2, Response = 3 };
 
@@ -95,5 +116,9 @@ bool frame_body_len(const uint8_t* hdr, size_t max_frame, uint32_t* body_len, st
 // false and says which field is wrong and why in *why; `out` is then
 // unspecified. Payload pointers point into `p`.
 bool decode(const uint8_t* p, size_t n, Frame* out, std::string* why);
+
+// `s` cut to at most `max` bytes, every byte outside printable ASCII replaced
+// by '?': what a Response's reason or a Hello's name may carry.
+std::string printable(std::string_view s, size_t max);
 
 }  // namespace kinet::fabric
