@@ -1,5 +1,6 @@
 #include "fabric/remote_fabric.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>

@@ -16,6 +16,15 @@
 // issued ahead of their completion, so a later WQE reads its source before an
 // earlier READ/ATOMIC delivered its result unless it carries the fence bit;
 // completions come no earlier than the pass after the one that issued them.
+//
+// A QP whose peer is in another process (EmuQp::peer) is pipelined instead
+// (step_remote): issuing a WQE sends its Requests (a WRITE's payload is read
+// from local memory then), up to kRemoteOutBytes per QP unanswered; answers
+// are taken as they arrive (READ data and atomic old values land after the
+// local key is checked again under memory_guard()), and WQEs retire in order
+// once all their answers are in: the CQE comes only then. A WQE that reads a
+// local source (a WRITE with SGEs) or carries the fence bit is not issued
+// while an earlier READ/ATOMIC is unanswered, in either mode.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -24,6 +33,7 @@
 #include "core/cuda_shim.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "fabric/remote_fabric.hpp"
 #include "providers/emu/decode.hpp"
 #include "providers/emu/emu.hpp"
 #include "providers/emu/prm.hpp"
@@ -38,6 +48,11 @@ constexpr size_t kWindow = 16;  // relaxed mode: WQEs issued and not yet complet
 // WRITE waits for the outstanding READs/ATOMICs instead (in-order execution
 // is always allowed).
 constexpr uint64_t kMaxSnapshot = 1u << 20;
+// Cross-process QPs: bytes requested and not yet answered (a chunk counts at
+// least kMinChunkCost, so empty ones are bounded too), and WQEs in flight.
+constexpr uint64_t kRemoteOutBytes = 16u << 20;
+constexpr uint64_t kMinChunkCost = 4096;
+constexpr size_t kRemoteWindow = 4096;
 
 uint32_t load_be32_acquire(uint32_t* p) {
   const uint32_t raw = load_acquire<Scope::System>(p);
@@ -98,6 +113,65 @@ class QpRunner {
       work = true;
     }
     return work;
+  }
+
+  // One pass over a QP whose peer is in another process (see the top of the
+  // file). Returns true if anything happened. Caller holds qp.exec_mu.
+  bool step_remote() {
+    bool work = take_doorbell();
+    for (;;) {
+      if (state() == QpState::Error) {
+        if (!flush_window()) return true;
+        qp_.remote_out_bytes = 0;  // answers still due are dropped with their WQEs
+        while (qp_.sq_ci < qp_.sq_announced) {
+          if (!flush_cqe(qp_.sq_ci, slot_opcode(qp_.sq_ci))) return true;
+          ++qp_.sq_ci;
+          work = true;
+        }
+        return work;
+      }
+      // Answers, in WQE order; nothing lands behind a WQE that failed.
+      for (InFlight& e : qp_.window) {
+        work |= reap(e);
+        if (e.fault_syndrome) break;
+      }
+      while (!qp_.window.empty() && finished(qp_.window.front())) {
+        if (!retire_remote_front()) return true;
+        work = true;
+        if (state() == QpState::Error) break;
+      }
+      if (state() == QpState::Error) continue;
+      // The newest WQE may still have Requests to send.
+      if (!qp_.window.empty()) {
+        InFlight& b = qp_.window.back();
+        work |= pump(b);
+        if (b.sent < b.chunks.size() && !b.fault_syndrome) return work;
+      }
+      if (qp_.sq_ci >= qp_.sq_announced || qp_.window.size() >= kRemoteWindow) return work;
+      // Issue the next WQE.
+      InFlight e;
+      e.idx = qp_.sq_ci;
+      read_slot(e.idx, e.bb);
+      std::string why;
+      const bool decoded = decode_send_wqe(e.bb, &e.w, &why);
+      Fault f = validate(e, decoded, why);
+      MrEntry lmr[2];
+      if (!f && e.w.opcode != prm::kNop) f = check_local(e.w, e.w.opcode != prm::kRdmaWrite, lmr);
+      if (f) {
+        if (!qp_.window.empty()) return work;  // errors complete in WQE order
+        if (!complete_error(e.idx, e.w.opcode, e.w.total_len(), f)) return true;
+        ++qp_.sq_ci;
+        work = true;
+        continue;
+      }
+      const bool reads_local = e.w.opcode == prm::kRdmaWrite && !e.w.is_inline && e.w.nsge > 0;
+      if ((e.w.fence || reads_local) && window_has_read_or_atomic()) return work;
+      plan(e);
+      qp_.window.push_back(std::move(e));
+      ++qp_.sq_ci;
+      work = true;
+      pump(qp_.window.back());
+    }
   }
 
   // Teardown: everything announced and not completed gets a flush CQE (as far
@@ -360,6 +434,159 @@ class QpRunner {
     }
   }
 
+  // ---- cross-process execution (step_remote) ----
+  static uint64_t cost(const InFlight::Chunk& c) { return std::max(c.len, kMinChunkCost); }
+  static bool finished(const InFlight& e) {
+    return e.reaped == e.sent && (e.sent == e.chunks.size() || e.fault_syndrome);
+  }
+  void set_fault(InFlight& e, const Fault& f) {
+    if (!e.fault_syndrome) e.fault_syndrome = f.syndrome, e.fault_why = f.why;
+  }
+
+  // The WQE's Requests: one per SGE (or one for inline data / no SGE, and
+  // one for an atomic), each split at kMaxChunk, remote addresses consecutive.
+  void plan(InFlight& e) {
+    const DecodedWqe& w = e.w;
+    if (w.opcode == prm::kNop) return;
+    auto split = [&](int sge, uint64_t len, uint64_t raddr) {
+      uint64_t off = 0;
+      do {
+        InFlight::Chunk c;
+        c.sge = sge;
+        c.sge_off = off;
+        c.raddr = raddr + off;
+        c.len = std::min<uint64_t>(len - off, fabric::kMaxChunk);
+        e.chunks.push_back(std::move(c));
+        off += e.chunks.back().len;
+      } while (off < len);
+      return raddr + len;
+    };
+    if (w.is_atomic()) {
+      split(0, 8, w.raddr);
+    } else if (w.opcode == prm::kRdmaWrite && (w.is_inline || w.nsge == 0)) {
+      split(-1, w.inline_len, w.raddr);
+    } else if (w.nsge == 0) {  // READ of nothing
+      split(-1, 0, w.raddr);
+    } else {
+      uint64_t raddr = w.raddr;
+      for (int i = 0; i < w.nsge; ++i) raddr = split(i, w.sge[i].len, raddr);
+    }
+  }
+
+  // Sends the WQE's next Requests while the QP's budget allows (at least one
+  // when nothing is outstanding). A WRITE's payload is read here, under the
+  // guard and after checking its keys again.
+  bool pump(InFlight& e) {
+    bool any = false;
+    std::vector<uint8_t> payload;
+    while (e.sent < e.chunks.size() && !e.fault_syndrome &&
+           (qp_.remote_out_bytes == 0 || qp_.remote_out_bytes + cost(e.chunks[e.sent]) <= kRemoteOutBytes)) {
+      InFlight::Chunk& c = e.chunks[e.sent];
+      const DecodedWqe& w = e.w;
+      fabric::Request rq;
+      rq.from_node = nic_.node;
+      rq.from_qpn = qp_.qpn;
+      rq.to_node = qp_.remote_node;
+      rq.to_qpn = qp_.remote_qpn;
+      rq.raddr = c.raddr;
+      rq.rkey = w.rkey;
+      rq.len = c.len;
+      switch (w.opcode) {
+        case prm::kRdmaWrite:
+          rq.kind = fabric::OpKind::Write;
+          if (c.sge < 0) {
+            rq.payload = e.bb + prm::kSeg2 + prm::kInlineHeader + c.sge_off;
+          } else {
+            payload.resize(c.len);
+            MrEntry lmr[2];
+            std::shared_lock<std::shared_mutex> g(memory_guard());
+            Fault f = check_local(w, false, lmr);  // still registered under the guard
+            if (!f)
+              if (CopyResult r = safe_copy(payload.data(), MemoryKind::Host,
+                                           reinterpret_cast<const void*>(w.sge[c.sge].addr + c.sge_off),
+                                           lmr[c.sge].kind, c.len))
+                f = local_copy_fault(r);
+            if (f) {
+              set_fault(e, f);
+              break;
+            }
+            rq.payload = payload.data();
+          }
+          break;
+        case prm::kRdmaRead:
+          rq.kind = fabric::OpKind::Read;
+          break;
+        default:
+          rq.kind = w.opcode == prm::kAtomicFa ? fabric::OpKind::FetchAdd : fabric::OpKind::CompareSwap;
+          rq.operand = w.swap_add;
+          rq.compare = w.opcode == prm::kAtomicFa ? 0 : w.compare;
+      }
+      if (e.fault_syndrome) break;
+      c.call = qp_.peer->start(rq);
+      qp_.remote_out_bytes += cost(c);
+      ++e.sent;
+      any = true;
+    }
+    return any;
+  }
+
+  // Takes the WQE's answers that arrived, in order: the first error is kept;
+  // READ data and atomic old values land in local memory (keys checked again
+  // under the guard: a region deregistered meanwhile is a local protection
+  // error, never a write into freed memory).
+  bool reap(InFlight& e) {
+    bool any = false;
+    while (e.reaped < e.sent) {
+      InFlight::Chunk& c = e.chunks[e.reaped];
+      if (!c.call->done.load(std::memory_order_acquire)) break;
+      const Call& a = *c.call;
+      qp_.remote_out_bytes -= std::min(qp_.remote_out_bytes, cost(c));
+      if (e.fault_syndrome) {
+        // an earlier chunk failed: later answers are dropped
+      } else if (a.lost) {
+        set_fault(e, {prm::kSynTransportRetry, "peer emu node " + hex(qp_.remote_node) + " at " +
+                                                   qp_.peer->endpoint() + " lost: " + a.why});
+      } else if (a.syndrome) {
+        set_fault(e, {a.syndrome, a.why});
+      } else if (e.w.opcode == prm::kRdmaRead || e.w.is_atomic()) {
+        set_fault(e, land(e, c, a));
+      }
+      c.call.reset();
+      ++e.reaped;
+      any = true;
+    }
+    return any;
+  }
+
+  Fault land(const InFlight& e, const InFlight::Chunk& c, const Call& a) {
+    const DecodedWqe& w = e.w;
+    const bool atomic = w.is_atomic();
+    if (!atomic && a.len != c.len)
+      return {prm::kSynRemoteOp, "peer answered " + std::to_string(a.len) + " bytes for a READ of " +
+                                     std::to_string(c.len)};
+    if (c.sge < 0 || c.len == 0) return {};
+    MrEntry lmr[2];
+    std::shared_lock<std::shared_mutex> g(memory_guard());
+    if (Fault f = check_local(w, true, lmr)) return f;
+    void* dst = reinterpret_cast<void*>(w.sge[c.sge].addr + c.sge_off);
+    // The old value lands in the requester's buffer, host byte order.
+    const CopyResult r = atomic ? safe_copy(dst, lmr[c.sge].kind, &a.old_value, MemoryKind::Host, 8)
+                                : safe_copy(dst, lmr[c.sge].kind, a.data, MemoryKind::Host, c.len);
+    if (r) return local_copy_fault(r);
+    return {};
+  }
+
+  // Completes the oldest WQE once all its answers are in. False when its CQE
+  // does not fit (the QP is then in ERROR and the WQE stays for the flush).
+  bool retire_remote_front() {
+    InFlight& e = qp_.window.front();
+    bool ok;
+    if (e.fault_syndrome) ok = complete_error(e.idx, e.w.opcode, e.w.total_len(), {e.fault_syndrome, e.fault_why});
+    else ok = !e.w.signaled || write_cqe(e.idx, prm::kCqeReq, 0, e.w.opcode, static_cast<uint32_t>(e.w.total_len()));
+    if (ok) qp_.window.pop_front();
+    return ok;
+  }
+
   // ---- CQEs ----
   bool cq_has_room() {
     const uint32_t ci = load_be32_acquire(&qp_.cq_dbrec[prm::kCqDbrecCi]) & 0xffffffu;
@@ -455,6 +682,8 @@ void Nic::reset_qp(EmuQp& qp, const std::function<void()>& reinit) {
   std::unique_lock<std::shared_mutex> r(qp.responder_mu);  // nor is a peer
   if (qp.destroyed.load(std::memory_order_acquire)) return;
   qp.window.clear();
+  qp.peer.reset();  // the QP answers no one until connected again
+  qp.remote_out_bytes = 0;
   qp.sq_ci = 0;
   qp.sq_announced = 0;
   qp.cq_pi = 0;
@@ -482,7 +711,7 @@ void Nic::run_engine() {
       if (qp->destroyed.load(std::memory_order_acquire)) continue;
       QpRunner r(*this, *qp);
       try {
-        work |= r.step();
+        work |= qp->peer ? r.step_remote() : r.step();
       } catch (const std::exception& e) {
         // The rings themselves are out of CUDA's reach (e.g. the GPU faulted):
         // the QP can't go on, the engine and the other QPs can.
