@@ -129,9 +129,12 @@ void RemotePeer::fail(const std::string& why) {
     calls.swap(pending_);
   }
   link_->close();
-  if (!stop_.load(std::memory_order_acquire))
+  // Losing a peer with nothing pending is how a finished peer leaves: not a warning.
+  if (!calls.empty() && !stop_.load(std::memory_order_acquire))
     KINET_LOG(Warn, "emu fabric: peer at %s lost: %s (%zu operations pending)", endpoint_.c_str(), why.c_str(),
               calls.size());
+  else
+    KINET_LOG(Info, "emu fabric: link to %s closed: %s", endpoint_.c_str(), why.c_str());
   for (auto& [seq, c] : calls) {
     c->lost = true;
     c->syndrome = prm::kSynTransportRetry;

@@ -138,11 +138,11 @@ void requester_ops(Side& s) {
   for (int i = 0; i < 300; ++i)
     expect_ok(dev::put<X>(h, L + kBig + 64 * i, lk, R + kBig + 64 * i, rk, 64, 0), "small put", q);
   size_t off = kBig + 64 * 300;
-  // Inline WRITE of 40 bytes.
-  uint8_t inl[40];
-  for (int i = 0; i < 40; ++i) inl[i] = pat(0, off + i);
-  expect_ok(dev::put_inline<X>(h, inl, 40, R + off, rk, 0), "inline put", q);
-  off += 40;
+  // Inline WRITE of the most one basic block holds.
+  uint8_t inl[kinet::mlx5::kMaxInlineOneBB];
+  for (size_t i = 0; i < sizeof inl; ++i) inl[i] = pat(0, off + i);
+  expect_ok(dev::put_inline<X>(h, inl, sizeof inl, R + off, rk, 0), "inline put", q);
+  off += sizeof inl;
   // Gather WRITE: two local pieces -> one remote range.
   expect_ok(post_two_sge(h, false, L + off, 1000, L + off + 1000, 3000, lk, R + off, rk), "gather put", q);
   off += 4000;
@@ -178,7 +178,7 @@ void requester_ops(Side& s) {
 
 void responder_verify(Side& s) {
   const uint8_t* R = s.buf.data();
-  const size_t end = kBig + 64 * 300 + 40 + 4000;
+  const size_t end = kBig + 64 * 300 + kinet::mlx5::kMaxInlineOneBB + 4000;
   for (size_t i = 0; i < end; ++i)
     if (R[i] != pat(0, i)) fail("WRITE byte " + std::to_string(i) + " differs: " + std::to_string(R[i]));
   for (size_t i = end; i < kBuf / 2; ++i)

@@ -20,7 +20,6 @@ using namespace std::chrono_literals;
 using kinet::Status;
 constexpr int kPeerTimeoutMs = 1500;  // the cut case waits this long; kill is detected at once
 
-std::string first_line(const std::string& out) { return out.substr(0, out.find('\n')); }
 std::string last_line(const std::string& out) {
   std::string s = out;
   while (!s.empty() && s.back() == '\n') s.pop_back();
