@@ -12,6 +12,8 @@
 //           "STATE <qp state>", "TEARDOWN <ms to destroy QPs and device>".
 //   cut     as kill, but the responder takes its interface (--cut-if) down
 //           and stays silent: the requester's operations time out.
+//   stall   as kill, but the responder stops (SIGSTOP): connected and silent,
+//           the requester's operations time out; the requester then kills it.
 // Last line: "OK" (exit 0), "FAIL <what>" (exit 4), "ERROR <code> <message>" (exit 3).
 #include <signal.h>
 #include <unistd.h>
@@ -56,9 +58,11 @@ uint8_t pat(int who, size_t i) { return static_cast<uint8_t>((i * 131 + (i >> 9)
 struct Card {
   uint64_t addr = 0, ro_addr = 0;
   uint32_t rkey = 0, ro_rkey = 0;
+  int32_t pid = 0;
   std::vector<std::vector<uint8_t>> qps;
   std::vector<uint8_t> pack() const {
-    std::vector<uint8_t> b(24);
+    std::vector<uint8_t> b(28);
+    std::memcpy(b.data() + 24, &pid, 4);
     std::memcpy(b.data(), &addr, 8);
     std::memcpy(b.data() + 8, &ro_addr, 8);
     std::memcpy(b.data() + 16, &rkey, 4);
@@ -72,12 +76,13 @@ struct Card {
   }
   static Card unpack(const std::vector<uint8_t>& b) {
     Card c;
-    if (b.size() < 24) fail("short card");
+    if (b.size() < 28) fail("short card");
+    std::memcpy(&c.pid, b.data() + 24, 4);
     std::memcpy(&c.addr, b.data(), 8);
     std::memcpy(&c.ro_addr, b.data() + 8, 8);
     std::memcpy(&c.rkey, b.data() + 16, 4);
     std::memcpy(&c.ro_rkey, b.data() + 20, 4);
-    size_t off = 24;
+    size_t off = 28;
     while (off + 4 <= b.size()) {
       uint32_t n;
       std::memcpy(&n, b.data() + off, 4);
@@ -297,6 +302,7 @@ int main(int argc, char** argv) {
     mine.rkey = s.mr->rkey_value();
     mine.ro_addr = s.ro_mr->addr_u64();
     mine.ro_rkey = s.ro_mr->rkey_value();
+    mine.pid = static_cast<int32_t>(getpid());
     for (int i = 0; i < kQps; ++i) {
       kinet::QpConfig c;
       c.sq_depth = kDepth;
@@ -330,15 +336,17 @@ int main(int argc, char** argv) {
       bs->barrier();
       s.qps.clear();
       s.dev.reset();
-    } else if (scenario == "kill" || scenario == "cut") {
+    } else if (scenario == "kill" || scenario == "cut" || scenario == "stall") {
       if (rank == 0) {
         requester_lose_peer(s, *bs);
+        if (scenario == "stall") ::kill(s.peer.pid, SIGKILL);  // it can't leave by itself
       } else {
         bs->barrier();
         for (size_t i = 0; i < 40 * 4096; ++i)
           if (s.buf[i] != pat(0, i)) fail("WRITE before the fault: byte " + std::to_string(i));
         bs->barrier();  // the requester now writes until an operation fails
         if (scenario == "kill") ::kill(::getpid(), SIGKILL);
+        if (scenario == "stall") ::raise(SIGSTOP);  // alive, connected, silent
         // Cut: no RST, no FIN can cross a link that is down; this process may leave.
         if (std::system(("ip link set " + cut_if + " down").c_str()) != 0) fail("ip link set " + cut_if + " down");
       }

@@ -2,8 +2,8 @@
 // on loopback, and across two network namespaces joined by a veth pair (two
 // "hosts"; needs root and ip netns, else Skipped). Every operation with data
 // verified byte for byte on both sides, remote-side errors as exact
-// syndromes, kill -9 of the peer, and a link cut (veth down) ending in the
-// peer-timeout error within KINET_EMU_PEER_TIMEOUT_MS.
+// syndromes, kill -9 of the peer, a stalled peer (SIGSTOP) and a link cut
+// (veth down) ending in the peer-timeout error after KINET_EMU_PEER_TIMEOUT_MS.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -127,6 +127,15 @@ Where loopback() {
 TEST(FabricLoopback, EveryOperationVerified) { every_operation(loopback()); }
 TEST(FabricLoopback, RemoteErrorsAreExactSyndromes) { remote_errors(loopback()); }
 TEST(FabricLoopback, KillNineOfThePeer) { kill_peer(loopback()); }
+// A peer that stops (SIGSTOP) keeps its connection but answers nothing: the
+// error comes after KINET_EMU_PEER_TIMEOUT_MS, not before (the receiver
+// checks at least every 100 ms).
+TEST(FabricLoopback, StalledPeerEndsInThePeerTimeout) {
+  auto ps = run_pair(loopback(), "stall", 60s);
+  EXPECT_EQ(ps[1].exit_code, 128 + SIGKILL) << ps[1].out;
+  expect_lost(ps, "lost: timeout after " + std::to_string(kPeerTimeoutMs) + " ms waiting for a response",
+              kPeerTimeoutMs - 100, kPeerTimeoutMs + 3000);
+}
 
 // ---- two namespaces ---------------------------------------------------------
 bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
