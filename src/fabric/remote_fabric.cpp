@@ -400,7 +400,7 @@ void RemoteFabric::serve(Inbound& in) {
           fault = emu::fabric().execute(rq.from_node, rq.from_qpn, rq.to_node, rq.to_qpn, op);
         }
         r.syndrome = fault.syndrome;
-        r.why = fault.why.substr(0, fabric::kMaxWhy);
+        r.why = fabric::printable(fault.why, fabric::kMaxWhy);
         r.old_value = old;
         if (!fault && op.kind == RemoteOp::Read) {
           r.len = rq.len;
