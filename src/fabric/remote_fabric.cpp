@@ -12,6 +12,7 @@
 
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "fabric/responder.hpp"
 #include "fabric/tcp_link.hpp"
 #include "providers/emu/emu.hpp"
 #include "providers/emu/prm.hpp"
@@ -376,33 +377,25 @@ void RemoteFabric::serve(Inbound& in) {
         r.why = "no emu device at node " + hex(f.request.to_node) + " on the cross-process fabric in " +
                 process_name() + " (closed, or never there)";
       } else {
-        RemoteOp op{};
+        // The one responder check and access (fabric/responder.hpp), as the
+        // in-process fabric runs it; over a wire every buffer is ours.
         const fabric::Request& rq = f.request;
-        op.kind = rq.kind == fabric::OpKind::Write  ? RemoteOp::Write
-                  : rq.kind == fabric::OpKind::Read ? RemoteOp::Read
-                  : rq.kind == fabric::OpKind::FetchAdd ? RemoteOp::FetchAdd
-                                                        : RemoteOp::CompareSwap;
-        op.raddr = rq.raddr;
-        op.rkey = rq.rkey;
-        op.len = rq.len;
-        op.operand = rq.operand;
-        op.compare = rq.compare;
         uint64_t old = 0;
-        if (op.kind == RemoteOp::Write) op.src = rq.payload;
-        if (op.kind == RemoteOp::Read) {
+        fabric::RequesterBuffers rb;
+        if (rq.kind == fabric::OpKind::Read) {
           scratch.resize(rq.len);
-          op.dst = scratch.data();
+          rb.read_dst = scratch.data();
         }
-        op.old_value = &old;
+        rb.old_value = &old;
         Fault fault;
         {
           std::shared_lock<std::shared_mutex> guard(memory_guard());
-          fault = emu::fabric().execute(rq.from_node, rq.from_qpn, rq.to_node, rq.to_qpn, op);
+          fault = fabric::respond(*nic, rq, rb);
         }
         r.syndrome = fault.syndrome;
         r.why = fabric::printable(fault.why, fabric::kMaxWhy);
         r.old_value = old;
-        if (!fault && op.kind == RemoteOp::Read) {
+        if (!fault && rq.kind == fabric::OpKind::Read) {
           r.len = rq.len;
           r.payload = scratch.data();
         }

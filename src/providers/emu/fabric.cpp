@@ -1,6 +1,6 @@
 // kinet emu — the in-process fabric: NICs of one process reach each other's
-// QPs and memory directly. The responder's checks live here, so a
-// cross-process fabric would run the same checks on its side.
+// QPs and memory directly. The responder's checks and memory access are
+// fabric::respond() (src/fabric/responder.cpp), which every fabric runs.
 #include <sys/random.h>
 
 #include <cerrno>
@@ -8,21 +8,13 @@
 #include <map>
 #include <mutex>
 
+#include "fabric/responder.hpp"
 #include "providers/emu/emu.hpp"
 #include "providers/emu/prm.hpp"
-#include "providers/emu/safe_copy.hpp"
 
 namespace kinet::emu {
 namespace {
 using namespace prm;
-
-// A failed copy as the requester's error CQE: the requester's memory is the
-// local side (local protection, or local access for CUDA), the responder's
-// the remote side (remote access, or remote operation for CUDA).
-Fault copy_fault(const CopyResult& r, bool local_side) {
-  if (local_side) return {r.cuda ? kSynLocalAccess : kSynLocalProt, "local memory: " + r.why};
-  return {r.cuda ? kSynRemoteOp : kSynRemoteAccess, "remote memory: " + r.why};
-}
 
 uint64_t random_node() {
   uint64_t v = 0;
@@ -64,53 +56,28 @@ class InProcessFabric final : public Fabric {
 
   Fault execute(uint64_t from_node, uint32_t from_qpn, uint64_t node, uint32_t qpn, const RemoteOp& op) override {
     std::shared_ptr<Nic> rnic = find(node);
-    std::shared_ptr<EmuQp> peer = rnic ? rnic->find_qp(qpn) : nullptr;
-    const std::string gone = "peer QP " + hex(qpn) + " does not answer (destroyed, or its device closed)";
-    if (!peer) return {kSynTransportRetry, gone};
-    // Held while the responder side runs: ~QueuePair of the peer waits for it.
-    std::shared_lock<std::shared_mutex> busy(peer->responder_mu);
-    if (peer->destroyed.load(std::memory_order_acquire)) return {kSynTransportRetry, gone};
-    const QpState ps = peer->state.load(std::memory_order_acquire);
-    if (ps != QpState::Rtr && ps != QpState::Rts)
-      return {kSynTransportRetry, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " is in state " +
-                                               qp_state_name(ps) + " and does not answer"};
-    if (peer->remote_node != from_node || peer->remote_qpn != from_qpn)
-      return {kSynTransportRetry, "peer QP " + hex(peer->qpn) + " is connected to another QP"};
-    MrEntry mr;
-    if (!rnic->lookup_mr(op.rkey, &mr))
-      return {kSynRemoteAccess, "rkey " + hex(op.rkey) + " is not registered on " + rnic->name};
-    if (mr.pd != peer->pd)
-      return {kSynRemoteAccess, "rkey " + hex(op.rkey) + " belongs to another protection domain on " + rnic->name};
-    if (op.raddr < mr.addr || op.raddr + op.len > mr.addr + mr.len || op.raddr + op.len < op.raddr)
-      return {kSynRemoteAccess, "remote range [" + hex(op.raddr) + ", +" + std::to_string(op.len) +
-                                          ") is outside rkey " + hex(op.rkey) + "'s region [" + hex(mr.addr) + ", +" +
-                                          std::to_string(mr.len) + ") on " + rnic->name};
-    const bool atomic = op.kind == RemoteOp::FetchAdd || op.kind == RemoteOp::CompareSwap;
-    const uint32_t need = op.kind == RemoteOp::Write ? kRemoteWrite : op.kind == RemoteOp::Read ? kRemoteRead : kRemoteAtomic;
-    const char* what = need == kRemoteWrite ? "remote write" : need == kRemoteRead ? "remote read" : "remote atomic";
-    if (!(mr.access & need))
-      return {kSynRemoteAccess, "rkey " + hex(op.rkey) + " on " + rnic->name + " was registered without " + what};
-    if (!(peer->remote_access & need))
-      return {kSynRemoteAccess, "peer QP " + hex(peer->qpn) + " on " + rnic->name + " does not accept " + what};
-    if (atomic && (op.raddr & 7))
-      return {kSynRemoteInvalReq, "atomic target " + hex(op.raddr) + " is not 8-byte aligned"};
-
-    uint8_t* target = reinterpret_cast<uint8_t*>(op.raddr);
-    switch (op.kind) {
-      case RemoteOp::Write:
-        if (CopyResult r = safe_copy(target, mr.kind, op.src, op.src_kind, op.len))
-          return copy_fault(r, r.side == CopyResult::Src);
-        break;
-      case RemoteOp::Read:
-        if (CopyResult r = safe_copy(op.dst, op.dst_kind, target, mr.kind, op.len))
-          return copy_fault(r, r.side == CopyResult::Dst);
-        break;
-      default:  // 8 bytes in host byte order at the target (mlx5's host-endianness atomic mode)
-        if (CopyResult r = safe_atomic(reinterpret_cast<uint64_t*>(target), mr.kind, op.kind == RemoteOp::FetchAdd,
-                                       op.operand, op.compare, op.old_value))
-          return copy_fault(r, false);
-    }
-    return {};
+    if (!rnic) return {kSynTransportRetry, "peer QP " + hex(qpn) + " does not answer (destroyed, or its device closed)"};
+    fabric::Request rq;
+    rq.from_node = from_node;
+    rq.from_qpn = from_qpn;
+    rq.to_node = node;
+    rq.to_qpn = qpn;
+    rq.kind = op.kind == RemoteOp::Write  ? fabric::OpKind::Write
+              : op.kind == RemoteOp::Read ? fabric::OpKind::Read
+              : op.kind == RemoteOp::FetchAdd ? fabric::OpKind::FetchAdd
+                                              : fabric::OpKind::CompareSwap;
+    rq.raddr = op.raddr;
+    rq.rkey = op.rkey;
+    rq.len = op.len;
+    rq.operand = op.operand;
+    rq.compare = op.compare;
+    rq.payload = static_cast<const uint8_t*>(op.src);
+    fabric::RequesterBuffers rb;
+    rb.payload_kind = op.src_kind;
+    rb.read_dst = op.dst;
+    rb.read_kind = op.dst_kind;
+    rb.old_value = op.old_value;
+    return fabric::respond(*rnic, rq, rb);
   }
 
  private:

@@ -1,0 +1,109 @@
+// kinet fabric — the responder check and memory access (responder.hpp).
+#include "fabric/responder.hpp"
+
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+
+#include "providers/emu/prm.hpp"
+#include "providers/emu/safe_copy.hpp"
+
+namespace kinet::fabric {
+namespace {
+using namespace emu::prm;
+using emu::CopyResult;
+using emu::Fault;
+using emu::hex;
+
+// A failed copy as the requester's error CQE: the requester's buffers are the
+// local side, the responder's region the remote side.
+Fault copy_fault(const CopyResult& r, bool local_side) {
+  if (local_side) return {r.cuda ? kSynLocalAccess : kSynLocalProt, "local memory: " + r.why};
+  return {r.cuda ? kSynRemoteOp : kSynRemoteAccess, "remote memory: " + r.why};
+}
+
+const char* kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::Write: return "WRITE";
+    case OpKind::Read: return "READ";
+    case OpKind::FetchAdd: return "FETCH_ADD";
+    case OpKind::CompareSwap: return "COMPARE_SWAP";
+  }
+  return "?";
+}
+
+// The operation's own shape (what decode() guarantees for wire requests; an
+// in-process caller is checked the same way).
+Fault check_shape(const Request& rq, const RequesterBuffers& rb) {
+  const auto k = static_cast<uint8_t>(rq.kind);
+  if (k < static_cast<uint8_t>(OpKind::Write) || k > static_cast<uint8_t>(OpKind::CompareSwap))
+    return {kSynRemoteInvalReq, "unknown operation kind " + std::to_string(k)};
+  const bool atomic = rq.kind == OpKind::FetchAdd || rq.kind == OpKind::CompareSwap;
+  if (atomic && rq.len != 8)
+    return {kSynRemoteInvalReq, std::string(kind_name(rq.kind)) + " of " + std::to_string(rq.len) +
+                                    " bytes (atomics are 8 bytes)"};
+  if (atomic && !rb.old_value) return {kSynRemoteInvalReq, std::string(kind_name(rq.kind)) + " without a result buffer"};
+  if (rq.kind == OpKind::Write && rq.len && !rq.payload)
+    return {kSynRemoteInvalReq, "WRITE of " + std::to_string(rq.len) + " bytes without its payload"};
+  if (rq.kind == OpKind::Read && rq.len && !rb.read_dst)
+    return {kSynRemoteInvalReq, "READ of " + std::to_string(rq.len) + " bytes without a destination"};
+  return {};
+}
+}  // namespace
+
+Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb) {
+  const std::string gone = "peer QP " + hex(rq.to_qpn) + " does not answer (destroyed, or its device closed)";
+  if (rq.to_node != nic.node)
+    return {kSynTransportRetry, "request for node " + hex(rq.to_node) + " reached node " + hex(nic.node) + " (" +
+                                    nic.name + ")"};
+  std::shared_ptr<emu::EmuQp> peer = nic.find_qp(rq.to_qpn);
+  if (!peer) return {kSynTransportRetry, gone};
+  // Held while the responder side runs: ~QueuePair of the peer waits for it.
+  std::shared_lock<std::shared_mutex> busy(peer->responder_mu);
+  if (peer->destroyed.load(std::memory_order_acquire)) return {kSynTransportRetry, gone};
+  const QpState ps = peer->state.load(std::memory_order_acquire);
+  if (ps != QpState::Rtr && ps != QpState::Rts)
+    return {kSynTransportRetry, "peer QP " + hex(peer->qpn) + " on " + nic.name + " is in state " +
+                                    qp_state_name(ps) + " and does not answer"};
+  if (peer->remote_node != rq.from_node || peer->remote_qpn != rq.from_qpn)
+    return {kSynTransportRetry, "peer QP " + hex(peer->qpn) + " is connected to another QP"};
+  if (Fault f = check_shape(rq, rb)) return f;
+  emu::MrEntry mr;
+  if (!nic.lookup_mr(rq.rkey, &mr))
+    return {kSynRemoteAccess, "rkey " + hex(rq.rkey) + " is not registered on " + nic.name};
+  if (mr.pd != peer->pd)
+    return {kSynRemoteAccess, "rkey " + hex(rq.rkey) + " belongs to another protection domain on " + nic.name};
+  // Inside [mr.addr, mr.addr + mr.len), written so that no sum can wrap.
+  if (rq.raddr < mr.addr || rq.len > mr.len || rq.raddr - mr.addr > mr.len - rq.len)
+    return {kSynRemoteAccess, "remote range [" + hex(rq.raddr) + ", +" + std::to_string(rq.len) +
+                                  ") is outside rkey " + hex(rq.rkey) + "'s region [" + hex(mr.addr) + ", +" +
+                                  std::to_string(mr.len) + ") on " + nic.name};
+  const bool atomic = rq.kind == OpKind::FetchAdd || rq.kind == OpKind::CompareSwap;
+  const uint32_t need = rq.kind == OpKind::Write ? kRemoteWrite : rq.kind == OpKind::Read ? kRemoteRead : kRemoteAtomic;
+  const char* what = need == kRemoteWrite ? "remote write" : need == kRemoteRead ? "remote read" : "remote atomic";
+  if (!(mr.access & need))
+    return {kSynRemoteAccess, "rkey " + hex(rq.rkey) + " on " + nic.name + " was registered without " + what};
+  if (!(peer->remote_access & need))
+    return {kSynRemoteAccess, "peer QP " + hex(peer->qpn) + " on " + nic.name + " does not accept " + what};
+  if (atomic && (rq.raddr & 7))
+    return {kSynRemoteInvalReq, "atomic target " + hex(rq.raddr) + " is not 8-byte aligned"};
+
+  uint8_t* target = reinterpret_cast<uint8_t*>(rq.raddr);
+  switch (rq.kind) {
+    case OpKind::Write:
+      if (CopyResult r = emu::safe_copy(target, mr.kind, rq.payload, rb.payload_kind, rq.len))
+        return copy_fault(r, r.side == CopyResult::Src);
+      break;
+    case OpKind::Read:
+      if (CopyResult r = emu::safe_copy(rb.read_dst, rb.read_kind, target, mr.kind, rq.len))
+        return copy_fault(r, r.side == CopyResult::Dst);
+      break;
+    default:  // 8 bytes in host byte order at the target (mlx5's host-endianness atomic mode)
+      if (CopyResult r = emu::safe_atomic(reinterpret_cast<uint64_t*>(target), mr.kind, rq.kind == OpKind::FetchAdd,
+                                          rq.operand, rq.compare, rb.old_value))
+        return copy_fault(r, false);
+  }
+  return {};
+}
+
+}  // namespace kinet::fabric
