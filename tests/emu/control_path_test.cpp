@@ -328,9 +328,20 @@ TEST(EmuControl, QpInfoEndpoint) {
   kinet::QpInfo far = i;
   far.node ^= 0x5a5a5a5a00000000ull;
   q->to_init(kinet::kAccessAll);
-  EXPECT_TRUE(throws_error([&] { q->to_rtr(far); }, ErrorCode::NotFound,
-                           {"no emu device at fabric address", "is not on the cross-process fabric",
-                            "tcp 192.0.2.2:41234", "KINET_EMU_FABRIC=tcp"}));
+  EXPECT_TRUE(throws_error_if([&] { q->to_rtr(far); }, ErrorCode::NotFound, [&](const std::string& w) -> std::string {
+    const std::string want = d->name() + " QP " + hexs(q->qpn()) + ": to_rtr: no emu device at fabric address " +
+                             hexs(far.node) + " in this process, and " + d->name() +
+                             " is not on the cross-process fabric to reach it at tcp 192.0.2.2:41234 "
+                             "(DeviceOptions::emu_fabric, KINET_EMU_FABRIC=tcp)";
+    return w == want ? "" : "got \"" + w + "\", expected \"" + want + "\"";
+  }));
+  kinet::QpInfo no_ep = far;
+  no_ep.endpoint.clear();
+  EXPECT_TRUE(throws_exactly([&] { q->to_rtr(no_ep); }, ErrorCode::NotFound,
+                             d->name() + " QP " + hexs(q->qpn()) + ": to_rtr: no emu device at fabric address " +
+                                 hexs(far.node) +
+                                 " in this process (its QP info names no endpoint: that device is not on the "
+                                 "cross-process fabric)"));
   EXPECT_EQ(q->state(), QpState::Init);
 }
 
