@@ -238,7 +238,9 @@ void RemoteFabric::join(const std::shared_ptr<Nic>& nic) {
     listen_fd_ = lfd.release();
     endpoint_ = fabric::tcp_endpoint(bound);
     try {
-      listener_ = std::thread([this] { listen_loop(); });
+      // The descriptors go by value: a leave() right after this join() may
+      // reset the members before the thread first looks at them.
+      listener_ = std::thread([this, lfd = listen_fd_, sfd = stop_fd_[0]] { listen_loop(lfd, sfd); });
     } catch (...) {
       ::close(listen_fd_);
       ::close(stop_fd_[0]);
@@ -309,13 +311,7 @@ void RemoteFabric::reap_inbound(bool all) {
   }
 }
 
-void RemoteFabric::listen_loop() {
-  int lfd, sfd;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    lfd = listen_fd_;
-    sfd = stop_fd_[0];
-  }
+void RemoteFabric::listen_loop(int lfd, int sfd) {
   for (;;) {
     pollfd p[2] = {{lfd, POLLIN, 0}, {sfd, POLLIN, 0}};
     const int n = ::poll(p, 2, 1000);  // wakes now and then to join finished inbound threads

@@ -116,7 +116,7 @@ class RemoteFabric {
   std::vector<std::unique_ptr<Inbound>> inbound_;
   std::map<std::string, std::shared_ptr<RemotePeer>> peers_;
   std::mutex connect_mu_;  // one connect at a time (so two to_rtr share one link)
-  void listen_loop();
+  void listen_loop(int listen_fd, int stop_fd);  // until stop_fd is readable
   void serve(Inbound& in);
   void reap_inbound(bool all);
   void shutdown_locked(std::unique_lock<std::mutex>& g);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "bootstrap/socket.hpp"
@@ -190,6 +191,83 @@ TEST(FabricHostilePeer, ARequestWhereAResponseBelongs) {
             std::string::npos)
       << r.qp->last_error();
   EXPECT_TRUE(r.untouched());
+}
+
+fab::Response ok_to(const fab::Request& rq) {
+  fab::Response r;
+  r.seq = rq.seq;
+  return r;
+}
+
+// Operations are pipelined: the peer sees all eight WRITEs of one doorbell
+// before it answers the first (a requester doing one round trip per WQE would
+// never send the second).
+TEST(FabricPipelining, ManyRequestsBeforeTheFirstAnswer) {
+  FakePeer fp([](fab::TcpLink& l) {
+    hello_back(l);
+    std::vector<std::vector<uint8_t>> held;
+    std::vector<fab::Request> rqs;
+    for (int i = 0; i < 8; ++i) {
+      fab::Frame f;
+      held.push_back(recv_frame(l, &f));  // throws (ending the script) if they don't all come
+      rqs.push_back(f.request);
+    }
+    for (auto& rq : rqs) {
+      std::vector<uint8_t> b;
+      fab::encode(ok_to(rq), b);
+      send(l, b);
+    }
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  for (int i = 0; i < 8; ++i)
+    ASSERT_EQ(dev::put<X>(h, r.buf.data() + 64 * i, r.mr->lkey(), 0x1000 + 64 * i, kinet::Rkey{0x01020304}, 64,
+                          i == 7 ? dev::kSignal : dev::kNoDoorbell),
+              Status::Ok);
+  EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
+}
+
+// In order: a WRITE whose source an earlier READ fills is sent only after the
+// READ's data landed, so it carries that data.
+TEST(FabricPipelining, WriteAfterReadCarriesTheReadData) {
+  std::mutex mu;  // the socket orders these accesses, but TSan can't see that
+  std::vector<uint8_t> seen;
+  FakePeer fp([&](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame f;
+    recv_frame(l, &f);
+    if (f.request.kind != fab::OpKind::Read) throw std::runtime_error("expected the READ first");
+    std::vector<uint8_t> data(64, 0xab);
+    fab::Response r = ok_to(f.request);
+    r.len = 64;
+    r.payload = data.data();
+    std::vector<uint8_t> b;
+    fab::encode(r, b);
+    send(l, b);
+    fab::Frame w;
+    auto keep = recv_frame(l, &w);
+    if (w.request.kind == fab::OpKind::Write) {
+      std::lock_guard<std::mutex> g(mu);
+      seen.assign(w.request.payload, w.request.payload + w.request.len);
+    }
+    b.clear();
+    fab::encode(ok_to(w.request), b);
+    send(l, b);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  ASSERT_EQ(dev::get<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kNoDoorbell),
+            Status::Ok);
+  ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x2000, kinet::Rkey{0x01020304}, 64, dev::kSignal),
+            Status::Ok);
+  EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    EXPECT_EQ(seen, std::vector<uint8_t>(64, 0xab));
+  }
+  EXPECT_EQ(std::vector<uint8_t>(r.buf.begin(), r.buf.begin() + 64), std::vector<uint8_t>(64, 0xab));
 }
 
 // A READ answered with fewer bytes than asked: nothing lands.
