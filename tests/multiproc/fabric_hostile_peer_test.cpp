@@ -7,7 +7,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -268,6 +270,48 @@ TEST(FabricPipelining, WriteAfterReadCarriesTheReadData) {
     EXPECT_EQ(seen, std::vector<uint8_t>(64, 0xab));
   }
   EXPECT_EQ(std::vector<uint8_t>(r.buf.begin(), r.buf.begin() + 64), std::vector<uint8_t>(64, 0xab));
+}
+
+// A READ whose local region is deregistered while the answer is on its way:
+// the key is checked again when the data would land, so it never lands (a
+// local protection error, as on hardware once the MR is gone).
+TEST(FabricLanding, ReadDataAfterDeregistrationDoesNotLand) {
+  std::atomic<int> step{0};  // 1: the READ reached the peer; 2: the test deregistered, answer now
+  auto wait_for = [&step](int v) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (step.load() < v && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    return step.load() >= v;
+  };
+  FakePeer fp([&](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame f;
+    recv_frame(l, &f);
+    step.store(1);
+    if (!wait_for(2)) return;
+    std::vector<uint8_t> data(64, 0xee);
+    fab::Response r = ok_to(f.request);
+    r.len = 64;
+    r.payload = data.data();
+    std::vector<uint8_t> b;
+    fab::encode(r, b);
+    send(l, b);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const uint32_t lkey = r.mr->lkey_value();
+  dev::Ticket t;
+  ASSERT_EQ(dev::get<X>(r.qp->handle(), r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, 0, &t),
+            Status::Ok);
+  ASSERT_TRUE(wait_for(1)) << "the READ never reached the peer";
+  r.mr.reset();  // deregistered while the READ is outstanding
+  step.store(2);
+  EXPECT_EQ(dev::wait<X>(r.qp->handle(), t), Status::LocalProtection);
+  char k[32];
+  std::snprintf(k, sizeof k, "0x%x", lkey);
+  EXPECT_NE(r.qp->last_error().find(std::string("WQE 0 RDMA_READ 64 B: lkey ") + k + " is not registered on emu"),
+            std::string::npos)
+      << r.qp->last_error();
+  EXPECT_TRUE(r.untouched());
 }
 
 // A READ answered with fewer bytes than asked: nothing lands.
