@@ -89,28 +89,38 @@ class MemoryRegion {
   uint64_t addr_u64() const { return reinterpret_cast<uint64_t>(addr()); }
 };
 
-// What a peer needs to connect to a QP: exchanged out of band as 64 bytes.
+// What a peer needs to connect to a QP, exchanged out of band as a blob:
+// serialize() gives a 64-byte header (the fixed fields below, host byte order,
+// bytes 44..45 = the endpoint's length) followed by the endpoint's bytes.
 struct QpInfo {
   static constexpr uint32_t kMagic = 0x504e4b31;  // "1KNP"
+  static constexpr size_t kHeaderBytes = 64;
+  static constexpr size_t kMaxEndpoint = 256;
   uint32_t magic;
   uint16_t version;
   uint16_t provider;   // 1 = emu, 2 = mlx5
-  uint64_t node;       // emu: fabric address of the device; mlx5: subnet prefix
+  uint64_t node;       // emu: fabric address of the device (64 random bits); mlx5: subnet prefix
   uint8_t gid[16];     // mlx5: GID of the port; emu: unused
   uint32_t qpn;
   uint32_t psn;
   uint16_t lid;
   uint8_t mtu;         // IB MTU enum (1..5)
   uint8_t port;
-  uint32_t reserved[5];
+  uint32_t reserved[5];  // zero
+  // How another process reaches the QP's device: emu on the cross-process
+  // fabric: "tcp 192.0.2.2:41234" (printable ASCII, at most kMaxEndpoint
+  // bytes); empty when the device is reachable only in its own process.
+  std::string endpoint;
   std::vector<uint8_t> serialize() const;
   // Throws InvalidArgument naming the bad field: magic, version, provider
-  // (1 or 2), qpn (1 .. 2^24-1), mtu (1..5), port (>= 1).
+  // (1 or 2), qpn (1 .. 2^24-1), mtu (1..5), port (>= 1), reserved words
+  // (0), endpoint (length, printable).
   void validate() const;
-  // Checks the length (exactly 64 bytes), then validate().
+  // Checks every byte: at least the header, exactly header + the endpoint
+  // length it announces (no trailing bytes), reserved bytes zero, then
+  // validate(). Throws InvalidArgument saying which.
   static QpInfo deserialize(const void* data, size_t len);
 };
-static_assert(sizeof(QpInfo) == 64);
 
 struct QpConfig {
   uint32_t sq_depth = 256;         // power of two, 2 .. DeviceAttr::max_qp_wr
@@ -212,6 +222,14 @@ struct DeviceOptions {
   // (and generation wrap) come around quickly, which tests use.
   uint32_t emu_max_mr = (1u << 24) - 1;
   uint32_t emu_max_qp = (1u << 16) - 1;
+  // emu: whether the NIC is reachable from other processes. FromEnv reads
+  // $KINET_EMU_FABRIC ("tcp" or "local"; unset = local). Tcp: the process
+  // runs one TCP listener (interface as the bootstrap picks it,
+  // $KINET_SOCKET_IFNAME) serving all its Tcp NICs, node addresses are 64
+  // random bits, and QpInfo::endpoint says where the NIC listens; a QP of it
+  // connects (to_rtr) to a QP of another process given that QP's info.
+  enum class Fabric : uint8_t { FromEnv, Local, Tcp };
+  Fabric emu_fabric = Fabric::FromEnv;
 };
 
 class Device {

@@ -38,6 +38,16 @@ constexpr Variable kVariables[] = {
      "bootstrap", false},
     {"KINET_BOOTSTRAP_MAX_FRAME", "1073741824",
      "largest bootstrap message in bytes; a peer announcing more is treated as lost", "bootstrap", false},
+    {"KINET_EMU_FABRIC", "local",
+     "`tcp`: every software NIC this process opens joins the cross-process fabric (one TCP listener per process "
+     "on the interface KINET_SOCKET_IFNAME picks; QpInfo then carries its endpoint); `local` (or unset): NICs "
+     "reach only NICs of their own process. DeviceOptions::emu_fabric overrides it",
+     "emu provider", false},
+    {"KINET_EMU_PEER_TIMEOUT_MS", "10000",
+     "cross-process software NIC: bound in ms of a peer's answer (a response, a connection, a send); past it the "
+     "peer counts as lost and its operations complete with error CQEs (syndrome 0x15). Parsed as "
+     "KINET_TIMEOUT_MS",
+     "emu provider", false},
     {"KINET_TEST_SEED", "random", "seed of the tests' random data; every test binary prints the one it used",
      "tests", true},
     {"KINET_TEST_SCALE", "100", "percent applied to stress-loop sizes (the sanitizer builds set it lower)", "tests",
@@ -95,10 +105,10 @@ std::string get_str(const char* name, const std::string& fallback) {
   return (v && *v) ? std::string(v) : fallback;
 }
 
-uint64_t parse_timeout_ms(const char* value, std::string* problem) {
+uint64_t parse_timeout_ms(const char* value, std::string* problem, const char* name) {
   problem->clear();
   if (!value || !*value) return kDefaultTimeoutMs;
-  const std::string shown = std::string("KINET_TIMEOUT_MS=") + value;
+  const std::string shown = std::string(name) + "=" + value;
   const size_t n = std::strlen(value);
   if (std::strspn(value, "0123456789") != n) {  // strtoull would accept "-1", " 5", "0x10"
     *problem = shown + " is not a decimal integer of milliseconds; using the default " +

@@ -33,9 +33,10 @@ std::string get_str(const char* name, const std::string& fallback);
 // kMaxTimeoutMs, with a warning in *problem. 0, negative, or not a decimal
 // integer: kDefaultTimeoutMs, with an error in *problem (a bound of 0 would
 // make every wait expire at once). *problem is cleared when the value is used
-// as given.
+// as given. `name` is the variable the messages name (same rules for
+// KINET_EMU_PEER_TIMEOUT_MS).
 inline constexpr uint64_t kDefaultTimeoutMs = 10000;
 inline constexpr uint64_t kMaxTimeoutMs = 24ull * 3600 * 1000;  // one day: ms*1e6 stays far from 2^64 ns
-uint64_t parse_timeout_ms(const char* value, std::string* problem);
+uint64_t parse_timeout_ms(const char* value, std::string* problem, const char* name = "KINET_TIMEOUT_MS");
 
 }  // namespace kinet::env

@@ -21,7 +21,7 @@ static_assert(static_cast<int>(kinet::kRemoteWrite) == static_cast<int>(IBV_ACCE
 static_assert(static_cast<int>(kinet::kRemoteRead) == static_cast<int>(IBV_ACCESS_REMOTE_READ));
 static_assert(static_cast<int>(kinet::kRemoteAtomic) == static_cast<int>(IBV_ACCESS_REMOTE_ATOMIC));
 #endif
-static_assert(sizeof(kinet::QpInfo) == 64);
+static_assert(kinet::QpInfo::kHeaderBytes == 64);
 
 TEST(EmuControl, OpenDevicesAndAttributes) {
   auto a = kinet::Device::open("emu");
@@ -185,14 +185,17 @@ TEST(EmuControl, QpInfoBlob) {
   EXPECT_EQ(i.qpn, q->qpn());
   EXPECT_EQ(i.provider, 1);
   const std::vector<uint8_t> blob = i.serialize();
-  ASSERT_EQ(blob.size(), 64u);
+  ASSERT_EQ(blob.size(), 64u) << "a device on the in-process fabric only: no endpoint";
+  EXPECT_TRUE(i.endpoint.empty());
   const kinet::QpInfo j = kinet::QpInfo::deserialize(blob.data(), blob.size());
-  EXPECT_EQ(std::memcmp(&i, &j, sizeof i), 0) << "round trip";
+  EXPECT_EQ(j.serialize(), blob) << "round trip";
+  EXPECT_EQ(j.node, i.node);
+  EXPECT_EQ(j.qpn, i.qpn);
 
   EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(blob.data(), 63); }, ErrorCode::InvalidArgument,
-                             "QP info blob has 63 bytes, expected 64"));
+                             "QP info blob has 63 bytes, shorter than its 64-byte header"));
   EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(blob.data(), 65); }, ErrorCode::InvalidArgument,
-                             "QP info blob has 65 bytes, expected 64"));
+                             "QP info blob has 65 bytes, expected 64 (64-byte header + a 0-byte endpoint)"));
   EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(nullptr, 64); }, ErrorCode::InvalidArgument,
                              "QP info blob is a null pointer"));
   std::vector<uint8_t> junk(64, 0xa5);
@@ -264,6 +267,82 @@ TEST(EmuControl, QpInfoFieldEdges) {
                              "QP info: version 2 is not supported (expected 1)"));
   EXPECT_TRUE(throws_exactly([&] { check(with([](auto& i) { i.magic ^= 1; })); }, ErrorCode::InvalidArgument,
                              "QP info: bad magic 0x504e4b30, expected 0x504e4b31 (not a kinet QP info blob)"));
+}
+
+// The endpoint travels after the header, its length in header bytes 44..45;
+// every byte of it and of the reserved words is checked.
+TEST(EmuControl, QpInfoEndpoint) {
+  auto d = kinet::Device::open("emu");
+  auto pd = d->alloc_pd();
+  auto q = pd->create_qp();
+  kinet::QpInfo i = q->info();
+  i.endpoint = "tcp 192.0.2.2:41234";
+  const std::vector<uint8_t> blob = i.serialize();
+  ASSERT_EQ(blob.size(), 64u + 19);
+  EXPECT_EQ(blob[44], 19);
+  EXPECT_EQ(blob[45], 0);
+  const kinet::QpInfo j = kinet::QpInfo::deserialize(blob.data(), blob.size());
+  EXPECT_EQ(j.endpoint, i.endpoint);
+  EXPECT_EQ(j.serialize(), blob);
+  // Length: one byte short, one trailing byte.
+  EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(blob.data(), blob.size() - 1); },
+                             ErrorCode::InvalidArgument,
+                             "QP info blob has 82 bytes, expected 83 (64-byte header + a 19-byte endpoint)"));
+  std::vector<uint8_t> longer = blob;
+  longer.push_back('x');
+  EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(longer.data(), longer.size()); },
+                             ErrorCode::InvalidArgument,
+                             "QP info blob has 84 bytes, expected 83 (64-byte header + a 19-byte endpoint)"));
+  // A byte of the endpoint that is not printable; the upper half of the length word; each reserved word.
+  std::vector<uint8_t> ctl = blob;
+  ctl[64 + 3] = '\n';
+  EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(ctl.data(), ctl.size()); }, ErrorCode::InvalidArgument,
+                             "QP info: endpoint byte 3 is 0xa, not printable ASCII"));
+  ctl[64 + 3] = 0x7f;
+  EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(ctl.data(), ctl.size()); }, ErrorCode::InvalidArgument,
+                             "QP info: endpoint byte 3 is 0x7f, not printable ASCII"));
+  ctl[64 + 3] = 0x7e;
+  EXPECT_NO_THROW(kinet::QpInfo::deserialize(ctl.data(), ctl.size()));
+  std::vector<uint8_t> hi = blob;
+  hi[46] = 1;
+  EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(hi.data(), hi.size()); }, ErrorCode::InvalidArgument,
+                             "QP info: reserved word 0 is 0x1, must be 0"));
+  for (int w = 1; w < 5; ++w) {
+    std::vector<uint8_t> r = blob;
+    r[44 + 4 * w + 3] = 0x80;
+    EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(r.data(), r.size()); }, ErrorCode::InvalidArgument,
+                               "QP info: reserved word " + std::to_string(w) + " is 0x80000000, must be 0"));
+  }
+  // The longest endpoint passes, one more byte fails (validate, as to_rtr runs it).
+  kinet::QpInfo big = i;
+  big.endpoint.assign(kinet::QpInfo::kMaxEndpoint, 'a');
+  const std::vector<uint8_t> bb = big.serialize();
+  EXPECT_EQ(kinet::QpInfo::deserialize(bb.data(), bb.size()).endpoint, big.endpoint);
+  big.endpoint.push_back('a');
+  EXPECT_TRUE(throws_exactly([&] { big.validate(); }, ErrorCode::InvalidArgument,
+                             "QP info: endpoint of 257 bytes is longer than 256"));
+  const std::vector<uint8_t> bb2 = big.serialize();
+  EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(bb2.data(), bb2.size()); },
+                             ErrorCode::InvalidArgument, "QP info: endpoint of 257 bytes is longer than 256"));
+  // A device not on the cross-process fabric can't connect to a QP of another process.
+  kinet::QpInfo far = i;
+  far.node ^= 0x5a5a5a5a00000000ull;
+  q->to_init(kinet::kAccessAll);
+  EXPECT_TRUE(throws_error_if([&] { q->to_rtr(far); }, ErrorCode::NotFound, [&](const std::string& w) -> std::string {
+    const std::string want = d->name() + " QP " + hexs(q->qpn()) + ": to_rtr: no emu device at fabric address " +
+                             hexs(far.node) + " in this process, and " + d->name() +
+                             " is not on the cross-process fabric to reach it at tcp 192.0.2.2:41234 "
+                             "(DeviceOptions::emu_fabric, KINET_EMU_FABRIC=tcp)";
+    return w == want ? "" : "got \"" + w + "\", expected \"" + want + "\"";
+  }));
+  kinet::QpInfo no_ep = far;
+  no_ep.endpoint.clear();
+  EXPECT_TRUE(throws_exactly([&] { q->to_rtr(no_ep); }, ErrorCode::NotFound,
+                             d->name() + " QP " + hexs(q->qpn()) + ": to_rtr: no emu device at fabric address " +
+                                 hexs(far.node) +
+                                 " in this process (its QP info names no endpoint: that device is not on the "
+                                 "cross-process fabric)"));
+  EXPECT_EQ(q->state(), QpState::Init);
 }
 
 // to_rtr checks what deserialize checks (a QpInfo built by hand skips it),

@@ -34,8 +34,12 @@ TEST(EmuHostileCtl, QpInfoBlobs) {
   for (size_t len : {size_t{0}, size_t{1}, size_t{63}, size_t{65}, size_t{4096}, SIZE_MAX}) {
     std::vector<uint8_t> blob(std::min<size_t>(len, 4096) + 1, 0);
     std::memcpy(blob.data(), good.data(), std::min<size_t>(blob.size(), 64));
+    const std::string want = len < 64 ? "QP info blob has " + std::to_string(len) +
+                                            " bytes, shorter than its 64-byte header"
+                                      : "QP info blob has " + std::to_string(len) +
+                                            " bytes, expected 64 (64-byte header + a 0-byte endpoint)";
     EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(blob.data(), len); }, ErrorCode::InvalidArgument,
-                               "QP info blob has " + std::to_string(len) + " bytes, expected 64"))
+                               want))
         << len;
   }
   EXPECT_TRUE(throws_exactly([&] { kinet::QpInfo::deserialize(nullptr, 64); }, ErrorCode::InvalidArgument,

@@ -93,6 +93,15 @@ TEST(EnvTimeout, ZeroIsRejectedForTheDefault) {
   }
 }
 
+// The same rules for KINET_EMU_PEER_TIMEOUT_MS: messages name that variable.
+TEST(EnvTimeout, MessagesNameTheVariableRead) {
+  std::string problem;
+  EXPECT_EQ(parse_timeout_ms("0", &problem, "KINET_EMU_PEER_TIMEOUT_MS"), kDefaultTimeoutMs);
+  EXPECT_EQ(problem.rfind("KINET_EMU_PEER_TIMEOUT_MS=0 would make every wait expire at once", 0), 0u) << problem;
+  EXPECT_EQ(parse_timeout_ms("1", &problem, "KINET_EMU_PEER_TIMEOUT_MS"), 1u);
+  EXPECT_EQ(problem, "");
+}
+
 TEST(EnvTimeout, NegativeOrMalformedIsRejectedForTheDefault) {
   for (const char* v : {"-1", "-0", "abc", "10ms", " 5", "5 ", "0x10", "+5", "1e3", "1.5"}) {
     std::string problem;

@@ -41,6 +41,8 @@ struct MrEntry {
 };
 
 struct Nic;
+class RemotePeer;
+struct Call;
 
 // ---- control path (ctl): numbering of live objects ----------------------------
 // Memory keys and QP numbers are (index << 8 | generation). Indices are
@@ -115,8 +117,26 @@ struct EmuQp {
     DecodedWqe w;
     MemoryKind local_kind[2] = {MemoryKind::Host, MemoryKind::Host};
     std::vector<uint8_t> snapshot;  // WRITE source read at issue (an earlier read/atomic was outstanding)
+    // A QP whose peer is in another process: the WQE's Requests (one per
+    // SGE, split at fabric::kMaxChunk), how many were sent and how many
+    // answers were taken, and the first fault (syndrome 0: none).
+    struct Chunk {
+      uint64_t raddr = 0, len = 0;
+      int sge = -1;          // -1: inline data or no SGE
+      uint64_t sge_off = 0;  // offset in that SGE (or in the inline data)
+      std::shared_ptr<Call> call;
+    };
+    std::vector<Chunk> chunks;
+    size_t sent = 0, reaped = 0;
+    uint8_t fault_syndrome = 0;
+    std::string fault_why;
   };
   std::deque<InFlight> window;
+  // Cross-process peer (fabric/remote_fabric.hpp), set by to_rtr when the
+  // remote QP lives in another process; written and read under exec_mu.
+  std::shared_ptr<RemotePeer> peer;
+  // Engine-only: bytes of this QP's Requests not yet answered (flow control).
+  uint64_t remote_out_bytes = 0;
   // Engine-only: a bad doorbell, reported on the WQE at this index.
   uint64_t doorbell_fault_idx = ~0ull;
   std::string doorbell_fault;
@@ -150,6 +170,9 @@ struct Nic {
 
   // KINET_EMU_RELAXED != 0, read when the engine starts: relaxed execution (engine.cpp).
   bool relaxed = false;
+  // On the cross-process fabric (DeviceOptions::emu_fabric, KINET_EMU_FABRIC):
+  // its QPs' info carries the process's endpoint. Set at open.
+  bool cross_process = false;
 
   bool lookup_mr(uint32_t key, MrEntry* out);
   std::shared_ptr<EmuQp> find_qp(uint32_t qpn);

@@ -8,7 +8,9 @@
 #include <system_error>
 
 #include "core/cuda_shim.hpp"
+#include "core/env.hpp"
 #include "core/log.hpp"
+#include "fabric/remote_fabric.hpp"
 #include "providers/emu/emu.hpp"
 
 namespace kinet::emu {
@@ -133,6 +135,7 @@ class EmuQueuePair final : public QueuePair {
     i.psn = 0;
     i.mtu = 5;  // 4096
     i.port = 1;
+    if (qp_->nic->cross_process) i.endpoint = remote().endpoint();
     return i;
   }
   void to_init(uint32_t remote_access) override {
@@ -159,11 +162,28 @@ class EmuQueuePair final : public QueuePair {
     if (r.port != 1)
       throw Error(ErrorCode::InvalidArgument, name() + ": to_rtr: remote port " + std::to_string(r.port) +
                                                   " does not exist (emu devices have one port, 1)");
-    if (!fabric().reachable(r.node))
-      throw Error(ErrorCode::NotFound, name() + ": to_rtr: no emu device at fabric address " + std::to_string(r.node) +
-                                           " in this process");
-    qp_->remote_node = r.node;
-    qp_->remote_qpn = r.qpn;
+    std::shared_ptr<RemotePeer> peer;
+    if (!fabric().reachable(r.node)) {
+      const std::string none = name() + ": to_rtr: no emu device at fabric address " + hex(r.node) + " in this process";
+      if (r.endpoint.empty())
+        throw Error(ErrorCode::NotFound, none + " (its QP info names no endpoint: that device is not on the "
+                                                "cross-process fabric)");
+      if (!qp_->nic->cross_process)
+        throw Error(ErrorCode::NotFound, none + ", and " + qp_->nic->name +
+                                             " is not on the cross-process fabric to reach it at " + r.endpoint +
+                                             " (DeviceOptions::emu_fabric, KINET_EMU_FABRIC=tcp)");
+      try {
+        peer = remote().peer(r.endpoint);
+      } catch (const Error& e) {
+        throw Error(e.code(), name() + ": to_rtr: can't reach peer emu node " + hex(r.node) + ": " + e.what());
+      }
+    }
+    {
+      std::lock_guard<std::mutex> g(qp_->exec_mu);  // the engine reads `peer` under it
+      qp_->peer = std::move(peer);
+      qp_->remote_node = r.node;
+      qp_->remote_qpn = r.qpn;
+    }
     move(QpState::Init, QpState::Rtr, "to_rtr");
   }
   void to_rts() override {
@@ -448,6 +468,8 @@ class EmuDevice final : public Device {
     for (auto& qp : qps) nic_->quiesce_qp(*qp);  // QPs still alive: flushed, nothing moves after this
     nic_->stop.store(true, std::memory_order_release);
     if (nic_->engine.joinable()) nic_->engine.join();
+    // Remote requests to it now find no device; the last one stops the listener.
+    if (nic_->cross_process) remote().leave(nic_->node);
   }
   const DeviceAttr& attr() const override { return nic_->attr; }
   std::unique_ptr<ProtectionDomain> alloc_pd() override {
@@ -552,6 +574,21 @@ void check_id_limits(const std::string& who, const DeviceOptions& opt) {
                 who + ": open: emu_max_qp " + std::to_string(opt.emu_max_qp) + " is outside [1, 2^16-1]");
 }
 
+namespace {
+// DeviceOptions::emu_fabric, FromEnv resolved through KINET_EMU_FABRIC.
+bool cross_process(const std::string& who, const DeviceOptions& opt) {
+  if (opt.emu_fabric == DeviceOptions::Fabric::Tcp) return true;
+  if (opt.emu_fabric == DeviceOptions::Fabric::Local) return false;
+  if (opt.emu_fabric != DeviceOptions::Fabric::FromEnv)
+    throw Error(ErrorCode::InvalidArgument, who + ": open: emu_fabric " +
+                                                std::to_string(static_cast<int>(opt.emu_fabric)) + " is unknown");
+  const std::string v = env::get_str("KINET_EMU_FABRIC", "local");
+  if (v == "tcp") return true;
+  if (v == "local") return false;
+  throw Error(ErrorCode::InvalidArgument, who + ": open: KINET_EMU_FABRIC=" + v + " is neither tcp nor local");
+}
+}  // namespace
+
 std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt) {
   const std::string who(name);
   if (opt.emu_max_msg == 0 || opt.emu_max_msg > kMaxMsg)
@@ -570,11 +607,19 @@ std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& 
     nic->mr_ids.limit = opt.emu_max_mr;
     nic->mr_ids.first_gen = nic->key_tag;  // keys of different NICs differ
     nic->qp_ids.limit = opt.emu_max_qp;
+    nic->cross_process = cross_process(who, opt);
     fabric().attach(nic, name);
     try {
       nic->attr.name = nic->name;
+      if (nic->cross_process) remote().join(nic);
+    } catch (...) {
+      fabric().detach(nic->node);
+      throw;
+    }
+    try {
       return std::make_unique<EmuDevice>(nic);
     } catch (...) {
+      if (nic->cross_process) remote().leave(nic->node);
       fabric().detach(nic->node);
       throw;
     }

@@ -1,6 +1,9 @@
 // kinet emu — the in-process fabric: NICs of one process reach each other's
 // QPs and memory directly. The responder's checks and memory access are
 // fabric::respond() (src/fabric/responder.cpp), which every fabric runs.
+#include <sys/random.h>
+
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -12,6 +15,13 @@
 namespace kinet::emu {
 namespace {
 using namespace prm;
+
+uint64_t random_node() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))  // 8 bytes never come back short
+    throw Error(ErrorCode::System, std::string("emu: getrandom for a fabric address: ") + std::strerror(errno));
+  return v;
+}
 
 class InProcessFabric final : public Fabric {
  public:
@@ -30,7 +40,10 @@ class InProcessFabric final : public Fabric {
         throw Error(ErrorCode::BadState, std::string(want) + " is already open in this process");
       nic->name = std::string(want);
     }
-    nic->node = next_node_++;
+    // 64 random bits: unique across processes and hosts (a clash with a
+    // live NIC of this process is drawn again; 0 is never an address).
+    do nic->node = random_node();
+    while (nic->node == 0 || nics_.count(nic->node));
     nics_[nic->node] = nic;
   }
 
@@ -70,7 +83,6 @@ class InProcessFabric final : public Fabric {
  private:
   std::mutex mu_;
   std::map<uint64_t, std::weak_ptr<Nic>> nics_;
-  uint64_t next_node_ = 1;
 
   std::shared_ptr<Nic> find(uint64_t node) {
     std::lock_guard<std::mutex> g(mu_);

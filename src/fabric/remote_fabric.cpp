@@ -1,0 +1,435 @@
+#include "fabric/remote_fabric.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/env.hpp"
+#include "core/log.hpp"
+#include "fabric/responder.hpp"
+#include "fabric/tcp_link.hpp"
+#include "providers/emu/emu.hpp"
+#include "providers/emu/prm.hpp"
+
+namespace kinet::emu {
+using fabric::Clock;
+using namespace std::chrono_literals;
+
+namespace {
+uint64_t random64() {
+  uint64_t v = 0;
+  uint8_t* p = reinterpret_cast<uint8_t*>(&v);
+  size_t got = 0;
+  while (got < sizeof v) {
+    const ssize_t k = getrandom(p + got, sizeof v - got, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) throw Error(ErrorCode::System, std::string("emu fabric: getrandom: ") + std::strerror(errno));
+    got += static_cast<size_t>(k);
+  }
+  return v;
+}
+
+std::string process_name() {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  return std::string(host).substr(0, 100) + ":" + std::to_string(getpid());
+}
+
+void send_hello(fabric::Link& l, Clock::time_point d) {
+  fabric::Hello h;
+  h.process_id = process_id();
+  h.max_frame = static_cast<uint32_t>(fabric::kMaxFrame);
+  h.name = process_name();
+  std::vector<uint8_t> buf;
+  fabric::encode(h, buf);
+  l.send(buf.data(), buf.size(), d);
+}
+
+fabric::Hello recv_hello(fabric::Link& l, Clock::time_point d, uint64_t timeout_ms) {
+  std::vector<uint8_t> buf;
+  if (!l.recv(buf, d))
+    throw Error(ErrorCode::System, l.peer_name() + ": timeout after " + std::to_string(timeout_ms) +
+                                       " ms waiting for the peer's Hello");
+  fabric::Frame f;
+  std::string why;
+  if (!fabric::decode(buf.data(), buf.size(), &f, &why))
+    throw Error(ErrorCode::InvalidArgument, l.peer_name() + ": malformed Hello: " + why);
+  if (f.type != fabric::FrameType::Hello)
+    throw Error(ErrorCode::InvalidArgument, l.peer_name() + ": the first frame is of type " +
+                                                std::to_string(static_cast<int>(f.type)) + ", not a Hello");
+  return f.hello;
+}
+
+// The reason in a Link's error, without the peer's name in front.
+std::string reason(const std::string& peer, const std::string& what) {
+  std::string w = what;
+  if (w.rfind(peer, 0) == 0) w.erase(0, peer.size());
+  for (const char* lead : {" peer lost: ", ": "})
+    if (w.rfind(lead, 0) == 0) return w.substr(std::strlen(lead));
+  return w;
+}
+}  // namespace
+
+uint64_t process_id() {
+  static const uint64_t id = random64();
+  return id;
+}
+
+// ---- requester side ---------------------------------------------------------
+
+RemotePeer::RemotePeer(std::unique_ptr<fabric::Link> link, std::string endpoint, uint64_t timeout_ms)
+    : link_(std::move(link)), endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms) {
+  rx_ = std::thread([this] { receive(); });
+}
+
+RemotePeer::~RemotePeer() {
+  stop_.store(true, std::memory_order_release);
+  link_->close();
+  if (rx_.joinable()) rx_.join();
+}
+
+std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
+  auto c = std::make_shared<Call>();
+  std::lock_guard<std::mutex> s(send_mu_);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (lost_.load(std::memory_order_acquire)) {
+      c->lost = true;
+      c->syndrome = prm::kSynTransportRetry;
+      c->why = why_;
+      c->done.store(true, std::memory_order_release);
+      return c;
+    }
+    rq.seq = ++seq_;
+    c->sent = Clock::now();
+    pending_[rq.seq] = c;
+  }
+  buf_.clear();
+  fabric::encode(rq, buf_);
+  try {
+    link_->send(buf_.data(), buf_.size(), Clock::now() + std::chrono::milliseconds(timeout_ms_));
+  } catch (const Error& e) {
+    fail(reason(endpoint_, e.what()));  // completes `c` with the others
+  }
+  return c;
+}
+
+void RemotePeer::fail(const std::string& why) {
+  std::map<uint64_t, std::shared_ptr<Call>> calls;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (lost_.load(std::memory_order_acquire)) return;
+    why_ = why;
+    lost_.store(true, std::memory_order_release);
+    calls.swap(pending_);
+  }
+  link_->close();
+  // Losing a peer with nothing pending is how a finished peer leaves: not a warning.
+  if (!calls.empty() && !stop_.load(std::memory_order_acquire))
+    KINET_LOG(Warn, "emu fabric: peer at %s lost: %s (%zu operations pending)", endpoint_.c_str(), why.c_str(),
+              calls.size());
+  else
+    KINET_LOG(Info, "emu fabric: link to %s closed: %s", endpoint_.c_str(), why.c_str());
+  for (auto& [seq, c] : calls) {
+    c->lost = true;
+    c->syndrome = prm::kSynTransportRetry;
+    c->why = why;
+    c->done.store(true, std::memory_order_release);
+  }
+}
+
+void RemotePeer::receive() {
+  std::vector<uint8_t> buf;
+  const auto bound = std::chrono::milliseconds(timeout_ms_);
+  while (!stop_.load(std::memory_order_acquire) && !lost()) {
+    const auto now = Clock::now();
+    auto deadline = now + 100ms;
+    {
+      std::unique_lock<std::mutex> g(mu_);
+      if (!pending_.empty()) {
+        const auto due = pending_.begin()->second->sent + bound;
+        if (due <= now) {
+          g.unlock();
+          fail("timeout after " + std::to_string(timeout_ms_) +
+               " ms waiting for a response (KINET_EMU_PEER_TIMEOUT_MS; the peer stalls or the link is cut)");
+          return;
+        }
+        deadline = std::min(deadline, due);
+      }
+    }
+    try {
+      if (!link_->recv(buf, deadline)) continue;
+    } catch (const Error& e) {
+      fail(reason(endpoint_, e.what()));
+      return;
+    }
+    fabric::Frame f;
+    std::string why;
+    if (!fabric::decode(buf.data(), buf.size(), &f, &why)) {
+      fail("sent a malformed frame: " + why);
+      return;
+    }
+    if (f.type != fabric::FrameType::Response) {
+      fail("sent a frame of type " + std::to_string(static_cast<int>(f.type)) + " where a Response was expected");
+      return;
+    }
+    std::shared_ptr<Call> c;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = pending_.find(f.response.seq);
+      if (it != pending_.end()) {
+        c = std::move(it->second);
+        pending_.erase(it);
+      }
+    }
+    if (!c) {
+      fail("answered request " + std::to_string(f.response.seq) + ", which is not pending");
+      return;
+    }
+    c->syndrome = f.response.syndrome;
+    c->why = f.response.why;
+    c->old_value = f.response.old_value;
+    c->len = f.response.len;
+    if (c->len) {
+      const size_t off = static_cast<size_t>(f.response.payload - buf.data());
+      c->frame.swap(buf);  // the data stays where it is: no copy
+      c->data = c->frame.data() + off;
+    }
+    c->done.store(true, std::memory_order_release);
+  }
+}
+
+// ---- responder side and the process's listener -------------------------------
+
+struct RemoteFabric::Inbound {
+  std::unique_ptr<fabric::TcpLink> link;
+  std::thread th;
+  std::atomic<bool> finished{false};
+};
+
+uint64_t RemoteFabric::timeout_ms() {
+  static const uint64_t t = [] {
+    std::string problem;
+    const uint64_t ms =
+        env::parse_timeout_ms(std::getenv("KINET_EMU_PEER_TIMEOUT_MS"), &problem, "KINET_EMU_PEER_TIMEOUT_MS");
+    if (!problem.empty()) {
+      if (ms == env::kMaxTimeoutMs) KINET_LOG(Warn, "%s", problem.c_str());
+      else KINET_LOG(Error, "%s", problem.c_str());
+    }
+    return ms;
+  }();
+  return t;
+}
+
+void RemoteFabric::join(const std::shared_ptr<Nic>& nic) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (listen_fd_ < 0) {
+    const bs::Interface itf = bs::pick_interface();
+    bs::SockAddr bound;
+    bs::Fd lfd = bs::listen_on(itf.addr, 0, &bound);
+    if (::pipe2(stop_fd_, O_CLOEXEC) != 0)
+      throw Error(ErrorCode::ResourceExhausted, std::string("emu fabric: pipe: ") + std::strerror(errno));
+    listen_fd_ = lfd.release();
+    endpoint_ = fabric::tcp_endpoint(bound);
+    try {
+      // The descriptors go by value: a leave() right after this join() may
+      // reset the members before the thread first looks at them.
+      listener_ = std::thread([this, lfd = listen_fd_, sfd = stop_fd_[0]] { listen_loop(lfd, sfd); });
+    } catch (...) {
+      ::close(listen_fd_);
+      ::close(stop_fd_[0]);
+      ::close(stop_fd_[1]);
+      listen_fd_ = stop_fd_[0] = stop_fd_[1] = -1;
+      throw;
+    }
+    KINET_LOG(Info, "emu fabric: listening at %s (interface %s)", endpoint_.c_str(), itf.name.c_str());
+  }
+  nics_[nic->node] = nic;
+}
+
+std::string RemoteFabric::endpoint() {
+  std::lock_guard<std::mutex> g(mu_);
+  return endpoint_;
+}
+
+void RemoteFabric::leave(uint64_t node) {
+  std::unique_lock<std::mutex> g(mu_);
+  nics_.erase(node);
+  if (nics_.empty() && listen_fd_ >= 0) shutdown_locked(g);
+}
+
+// Stops everything: the listener, inbound links and their threads, outbound
+// links (pending Calls complete lost). Called with mu_ held; drops it to join.
+void RemoteFabric::shutdown_locked(std::unique_lock<std::mutex>& g) {
+  const char one = 1;
+  (void)!::write(stop_fd_[1], &one, 1);
+  std::thread listener = std::move(listener_);
+  const int lfd = listen_fd_, s0 = stop_fd_[0], s1 = stop_fd_[1];
+  listen_fd_ = stop_fd_[0] = stop_fd_[1] = -1;
+  endpoint_.clear();
+  auto peers = std::move(peers_);
+  peers_.clear();
+  g.unlock();
+  if (listener.joinable()) listener.join();  // no new inbound links after this
+  ::close(lfd);
+  ::close(s0);
+  ::close(s1);
+  g.lock();
+  auto inbound = std::move(inbound_);
+  inbound_.clear();
+  g.unlock();
+  for (auto& in : inbound) in->link->close();
+  for (auto& in : inbound)
+    if (in->th.joinable()) in->th.join();
+  for (auto& [ep, p] : peers) p->fail("this process closed its last cross-process NIC");
+  peers.clear();  // the last reference may be a QP's: it joins when that QP goes
+  g.lock();
+}
+
+void RemoteFabric::reap_inbound(bool all) {
+  std::vector<std::unique_ptr<Inbound>> done;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto it = inbound_.begin(); it != inbound_.end();) {
+      if (all || (*it)->finished.load(std::memory_order_acquire)) {
+        done.push_back(std::move(*it));
+        it = inbound_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& in : done) {
+    in->link->close();
+    if (in->th.joinable()) in->th.join();
+  }
+}
+
+void RemoteFabric::listen_loop(int lfd, int sfd) {
+  for (;;) {
+    pollfd p[2] = {{lfd, POLLIN, 0}, {sfd, POLLIN, 0}};
+    const int n = ::poll(p, 2, 1000);  // wakes now and then to join finished inbound threads
+    if (n < 0 && errno != EINTR) {
+      KINET_LOG(Error, "emu fabric: poll on the listener failed: %s; no more peers accepted", std::strerror(errno));
+      return;
+    }
+    if (p[1].revents) return;
+    reap_inbound(false);
+    if (n <= 0 || !(p[0].revents & POLLIN)) continue;
+    bs::SockAddr from;
+    from.len = sizeof from.ss;
+    const int fd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&from.ss), &from.len, SOCK_CLOEXEC);
+    if (fd < 0) continue;  // EAGAIN, a connection reset before accept, EMFILE: try again later
+    try {
+      auto in = std::make_unique<Inbound>();
+      in->link = std::make_unique<fabric::TcpLink>(bs::Fd(fd), fabric::tcp_endpoint(from));
+      Inbound* raw = in.get();
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        inbound_.push_back(std::move(in));
+      }
+      raw->th = std::thread([this, raw] { serve(*raw); });
+    } catch (const std::exception& e) {
+      KINET_LOG(Warn, "emu fabric: can't serve a connection from %s: %s", from.str().c_str(), e.what());
+    }
+  }
+}
+
+void RemoteFabric::serve(Inbound& in) {
+  fabric::Link& link = *in.link;
+  std::string who = link.peer_name();
+  const auto bound = std::chrono::milliseconds(timeout_ms());
+  try {
+    const fabric::Hello h = recv_hello(link, Clock::now() + bound, timeout_ms());
+    send_hello(link, Clock::now() + bound);
+    who += " (" + h.name + ")";
+    KINET_LOG(Debug, "emu fabric: requester %s connected", who.c_str());
+    std::vector<uint8_t> buf, out, scratch;
+    for (;;) {
+      if (!link.recv(buf, Clock::now() + 1s)) continue;  // idle: a requester may rest
+      fabric::Frame f;
+      std::string why;
+      if (!fabric::decode(buf.data(), buf.size(), &f, &why))
+        throw Error(ErrorCode::InvalidArgument, "malformed frame: " + why);
+      if (f.type != fabric::FrameType::Request)
+        throw Error(ErrorCode::InvalidArgument,
+                    "a frame of type " + std::to_string(static_cast<int>(f.type)) + " where a Request was expected");
+      std::shared_ptr<Nic> nic;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = nics_.find(f.request.to_node);
+        if (it != nics_.end()) nic = it->second.lock();
+      }
+      fabric::Response r;
+      r.seq = f.request.seq;
+      if (!nic) {
+        r.syndrome = prm::kSynTransportRetry;
+        r.why = "no emu device at node " + hex(f.request.to_node) + " on the cross-process fabric in " +
+                process_name() + " (closed, or never there)";
+      } else {
+        // The one responder check and access (fabric/responder.hpp), as the
+        // in-process fabric runs it; over a wire every buffer is ours.
+        const fabric::Request& rq = f.request;
+        uint64_t old = 0;
+        fabric::RequesterBuffers rb;
+        if (rq.kind == fabric::OpKind::Read) {
+          scratch.resize(rq.len);
+          rb.read_dst = scratch.data();
+        }
+        rb.old_value = &old;
+        Fault fault;
+        {
+          std::shared_lock<std::shared_mutex> guard(memory_guard());
+          fault = fabric::respond(*nic, rq, rb);
+        }
+        r.syndrome = fault.syndrome;
+        r.why = fabric::printable(fault.why, fabric::kMaxWhy);
+        r.old_value = old;
+        if (!fault && rq.kind == fabric::OpKind::Read) {
+          r.len = rq.len;
+          r.payload = scratch.data();
+        }
+      }
+      out.clear();
+      fabric::encode(r, out);
+      link.send(out.data(), out.size(), Clock::now() + bound);
+    }
+  } catch (const std::exception& e) {
+    // The requester died, closed, or spoke garbage: what it still had in
+    // flight is dropped with the link.
+    KINET_LOG(Info, "emu fabric: requester %s: %s; link closed", who.c_str(), e.what());
+  }
+  link.close();
+  in.finished.store(true, std::memory_order_release);
+}
+
+std::shared_ptr<RemotePeer> RemoteFabric::peer(const std::string& ep) {
+  std::lock_guard<std::mutex> c(connect_mu_);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = peers_.find(ep);
+    if (it != peers_.end() && !it->second->lost()) return it->second;
+  }
+  const uint64_t t = timeout_ms();
+  const auto deadline = Clock::now() + std::chrono::milliseconds(t);
+  std::unique_ptr<fabric::Link> link = fabric::tcp_connect(ep, deadline);
+  send_hello(*link, deadline);
+  recv_hello(*link, deadline, t);
+  auto p = std::make_shared<RemotePeer>(std::move(link), ep, t);
+  std::lock_guard<std::mutex> g(mu_);
+  peers_[ep] = p;
+  return p;
+}
+
+RemoteFabric& remote() {
+  static auto* r = new RemoteFabric;  // immortal, as fabric(): devices in globals die after statics
+  return *r;
+}
+
+}  // namespace kinet::emu

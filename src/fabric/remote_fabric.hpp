@@ -1,0 +1,129 @@
+// kinet emu — the cross-process fabric: software NICs of different processes
+// (and hosts) reach each other's QPs over TCP links.
+//
+// What travels (fabric/wire.hpp): one Request per responder operation or
+// chunk of at most kMaxChunk bytes (WRITE carries its payload, copied from
+// the requester's memory when the request is sent; READ asks for bytes;
+// atomics carry their operands), one Response per Request (syndrome, reason,
+// READ data, the atomic's old value). Where results land: READ data and old
+// values are written into the requester's memory by its engine when the
+// Response is taken, after re-checking the local key.
+//
+// Links: a process that opened a cross-process NIC runs one listener. A
+// requester opens one outbound link per peer process (endpoint) at the first
+// to_rtr towards it, shared by all its QPs to that process; Requests go out on
+// it and Responses come back on it. Each accepted (inbound) link has a thread
+// that executes the peer's Requests in order against this process's NICs
+// (the responder checks of the in-process fabric, under memory_guard()) and
+// sends the Responses. Splitting the roles by direction means the thread that
+// reads Responses never waits to send, so two processes writing to each other
+// can't deadlock on full socket buffers.
+//
+// Faults: EOF or reset on a link, a send that can't complete, or a Response
+// not arriving within KINET_EMU_PEER_TIMEOUT_MS loses the peer: every pending
+// and later Call on that link completes with kSynTransportRetry and the reason;
+// a later to_rtr to that endpoint connects anew. An inbound link that fails is
+// closed; the Requests its peer still had in flight are dropped with it.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fabric/link.hpp"
+#include "fabric/wire.hpp"
+
+namespace kinet::emu {
+
+struct Nic;
+
+// One Request in flight, and its answer once `done` (read with acquire).
+struct Call {
+  std::atomic<bool> done{false};
+  bool lost = false;          // the link failed: `why` is the link's reason
+  uint8_t syndrome = 0;
+  std::string why;
+  uint64_t old_value = 0;
+  std::vector<uint8_t> frame;  // the Response frame: READ data is at `data`
+  const uint8_t* data = nullptr;
+  uint64_t len = 0;
+  fabric::Clock::time_point sent;
+};
+
+// An outbound link to one peer process.
+class RemotePeer {
+ public:
+  RemotePeer(std::unique_ptr<fabric::Link> link, std::string endpoint, uint64_t timeout_ms);
+  ~RemotePeer();  // closes the link, joins the receiver
+  RemotePeer(const RemotePeer&) = delete;
+  // Sends `rq` (its seq is assigned here) and returns its Call. Never throws
+  // on a link fault: the Call then comes back done and lost. May block up to
+  // the peer timeout while the peer does not read.
+  std::shared_ptr<Call> start(fabric::Request rq);
+  const std::string& endpoint() const { return endpoint_; }
+  bool lost() const { return lost_.load(std::memory_order_acquire); }
+  // Loses the peer (if not yet): pending Calls complete lost with `why`.
+  void fail(const std::string& why);
+
+ private:
+  std::unique_ptr<fabric::Link> link_;
+  std::string endpoint_;
+  uint64_t timeout_ms_;
+  std::atomic<bool> lost_{false};
+  std::mutex send_mu_;  // one sender at a time; guards seq_ and buf_
+  uint64_t seq_ = 0;
+  std::vector<uint8_t> buf_;
+  std::mutex mu_;  // guards pending_ and why_
+  std::map<uint64_t, std::shared_ptr<Call>> pending_;  // by seq: the oldest first
+  std::string why_;
+  std::atomic<bool> stop_{false};
+  std::thread rx_;
+  void receive();
+};
+
+// This process's side of the cross-process fabric (one per process).
+class RemoteFabric {
+ public:
+  // `nic` joins: the listener starts with the first one. Throws (NotFound:
+  // no interface; System) when it can't listen.
+  void join(const std::shared_ptr<Nic>& nic);
+  // `nic` leaves (Requests to it then fail as to a NIC that is gone); the
+  // last one stops the listener, closes every link and joins their threads.
+  void leave(uint64_t node);
+  // "tcp 192.0.2.2:41234": where this process listens (while a NIC is joined).
+  std::string endpoint();
+  // The outbound link to the process listening at `endpoint`, connected (and
+  // greeted) now if there is none or the last one was lost. Throws System when
+  // the peer can't be reached within the peer timeout, InvalidArgument for a
+  // malformed endpoint.
+  std::shared_ptr<RemotePeer> peer(const std::string& endpoint);
+  // KINET_EMU_PEER_TIMEOUT_MS, read once.
+  uint64_t timeout_ms();
+
+ private:
+  struct Inbound;
+  std::mutex mu_;
+  std::map<uint64_t, std::weak_ptr<Nic>> nics_;
+  std::string endpoint_;
+  int listen_fd_ = -1;
+  int stop_fd_[2] = {-1, -1};
+  std::thread listener_;
+  std::vector<std::unique_ptr<Inbound>> inbound_;
+  std::map<std::string, std::shared_ptr<RemotePeer>> peers_;
+  std::mutex connect_mu_;  // one connect at a time (so two to_rtr share one link)
+  void listen_loop(int listen_fd, int stop_fd);  // until stop_fd is readable
+  void serve(Inbound& in);
+  void reap_inbound(bool all);
+  void shutdown_locked(std::unique_lock<std::mutex>& g);
+};
+RemoteFabric& remote();
+
+// This process's random id and name ("host:pid") in Hellos.
+uint64_t process_id();
+
+}  // namespace kinet::emu

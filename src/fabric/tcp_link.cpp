@@ -1,0 +1,160 @@
+#include "fabric/tcp_link.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "kinet/kinet.hpp"
+
+namespace kinet::fabric {
+
+std::string tcp_endpoint(const bs::SockAddr& a) { return "tcp " + a.str(); }
+
+bs::SockAddr parse_tcp_endpoint(const std::string& ep) {
+  auto bad = [&](const std::string& why) -> bs::SockAddr {
+    throw Error(ErrorCode::InvalidArgument, "endpoint \"" + ep + "\": " + why);
+  };
+  if (ep.rfind("tcp ", 0) != 0) return bad("not a tcp endpoint (expected \"tcp ADDRESS:PORT\")");
+  const std::string rest = ep.substr(4);
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon + 1 == rest.size()) return bad("no port");
+  const std::string port_s = rest.substr(colon + 1);
+  if (port_s.size() > 5 || port_s.find_first_not_of("0123456789") != std::string::npos) return bad("bad port");
+  const unsigned long port = std::stoul(port_s);
+  if (port == 0 || port > 65535) return bad("port " + port_s + " is out of range [1, 65535]");
+  std::string host = rest.substr(0, colon);
+  bs::SockAddr a;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    uint32_t scope = 0;
+    if (const size_t pct = host.find('%'); pct != std::string::npos) {
+      const std::string s = host.substr(pct + 1);
+      if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+        return bad("bad IPv6 scope id");
+      scope = static_cast<uint32_t>(std::stoul(s));
+      host.resize(pct);
+    }
+    auto* s6 = reinterpret_cast<sockaddr_in6*>(&a.ss);
+    if (inet_pton(AF_INET6, host.c_str(), &s6->sin6_addr) != 1) return bad("\"" + host + "\" is not an IPv6 address");
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons(static_cast<uint16_t>(port));
+    s6->sin6_scope_id = scope;
+    a.len = sizeof(sockaddr_in6);
+  } else {
+    auto* s4 = reinterpret_cast<sockaddr_in*>(&a.ss);
+    if (inet_pton(AF_INET, host.c_str(), &s4->sin_addr) != 1) return bad("\"" + host + "\" is not an IPv4 address");
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons(static_cast<uint16_t>(port));
+    a.len = sizeof(sockaddr_in);
+  }
+  return a;
+}
+
+TcpLink::TcpLink(bs::Fd fd, std::string peer, size_t max_frame)
+    : fd_(std::move(fd)), peer_(std::move(peer)), max_frame_(max_frame) {
+  bs::set_nonblocking(fd_.get());
+  int one = 1;
+  setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+TcpLink::~TcpLink() { close(); }
+
+void TcpLink::close() {
+  if (!closed_.exchange(true, std::memory_order_acq_rel) && fd_) ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
+void TcpLink::lost(const std::string& why) {
+  close();
+  throw Error(ErrorCode::System, peer_ + " peer lost: " + why);
+}
+
+void TcpLink::timeout(Clock::time_point start, const char* what) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  throw Error(ErrorCode::System, peer_ + ": timeout after " + std::to_string(ms) + " ms waiting for " + what);
+}
+
+namespace {
+// Waits for `events` on fd until `deadline`; false when it passed. EINTR retried.
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, bs::ms_left(deadline));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return true;  // let the next call report the error
+  }
+}
+}  // namespace
+
+void TcpLink::send(const uint8_t* frame, size_t n, Clock::time_point deadline) {
+  const auto start = Clock::now();
+  size_t done = 0;
+  while (done < n) {
+    if (closed_.load(std::memory_order_acquire)) lost("the link was closed");
+    const ssize_t k = ::send(fd_.get(), frame + done, n - done, MSG_NOSIGNAL);
+    if (k > 0) {
+      done += static_cast<size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_fd(fd_.get(), POLLOUT, deadline) && Clock::now() >= deadline)
+        timeout(start, "the peer to take a frame (it does not read)");
+      continue;
+    }
+    lost(k < 0 ? std::strerror(errno) : "send returned 0");
+  }
+}
+
+bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
+  for (;;) {
+    if (closed_.load(std::memory_order_acquire)) lost("the link was closed");
+    if (rx_got_ == rx_need_) {
+      if (rx_need_ == kHeaderBytes) {
+        uint32_t body = 0;
+        std::string why;
+        if (!frame_body_len(rx_.data(), max_frame_, &body, &why)) {
+          close();
+          throw Error(ErrorCode::InvalidArgument, peer_ + ": malformed frame header: " + why);
+        }
+        rx_need_ = kHeaderBytes + body;
+      }
+      if (rx_got_ == rx_need_) {  // whole frame
+        rx_.resize(rx_got_);
+        out.swap(rx_);
+        rx_.clear();
+        rx_got_ = 0;
+        rx_need_ = kHeaderBytes;
+        return true;
+      }
+    }
+    if (rx_.size() < rx_need_) rx_.resize(rx_need_);
+    const ssize_t k = ::recv(fd_.get(), rx_.data() + rx_got_, rx_need_ - rx_got_, 0);
+    if (k > 0) {
+      rx_got_ += static_cast<size_t>(k);
+      continue;
+    }
+    if (k == 0) lost(closed_.load() ? "the link was closed" : "the peer closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_fd(fd_.get(), POLLIN, deadline) && Clock::now() >= deadline) return false;
+      continue;
+    }
+    lost(std::strerror(errno));
+  }
+}
+
+std::unique_ptr<TcpLink> tcp_connect(const std::string& endpoint, Clock::time_point deadline) {
+  const bs::SockAddr a = parse_tcp_endpoint(endpoint);
+  try {
+    return std::make_unique<TcpLink>(bs::connect_to(a, deadline, endpoint), endpoint);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::System, endpoint + ": can't connect: " + e.what());
+  }
+}
+
+}  // namespace kinet::fabric

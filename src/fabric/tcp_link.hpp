@@ -1,0 +1,53 @@
+// kinet fabric — the TCP Link (link.hpp) between processes on any hosts, and
+// the "tcp ADDRESS:PORT" endpoints that name a listener.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "bootstrap/socket.hpp"
+#include "fabric/link.hpp"
+#include "fabric/wire.hpp"
+
+namespace kinet::fabric {
+
+// "tcp 192.0.2.2:41234" / "tcp [fe80::1%2]:41234" for a bound address.
+std::string tcp_endpoint(const bs::SockAddr& a);
+// The address an endpoint names. Throws InvalidArgument saying what is wrong
+// (not "tcp ", no port, a port out of range, not a numeric address).
+bs::SockAddr parse_tcp_endpoint(const std::string& endpoint);
+
+class TcpLink final : public Link {
+ public:
+  // Takes ownership of a connected stream socket (made non-blocking here,
+  // TCP_NODELAY set). `peer` names it in messages ("tcp 192.0.2.2:41234").
+  // Frames larger than `max_frame` are refused (InvalidArgument).
+  TcpLink(bs::Fd fd, std::string peer, size_t max_frame = kMaxFrame);
+  ~TcpLink() override;
+  // Every send goes out with MSG_NOSIGNAL: a peer that died is an EPIPE
+  // ("peer lost"), never a SIGPIPE.
+  void send(const uint8_t* frame, size_t n, Clock::time_point deadline) override;
+  bool recv(std::vector<uint8_t>& out, Clock::time_point deadline) override;
+  // shutdown(2) of both directions: wakes a send or recv blocked in poll.
+  void close() override;
+  const std::string& peer_name() const override { return peer_; }
+
+ private:
+  bs::Fd fd_;
+  std::string peer_;
+  size_t max_frame_;
+  std::atomic<bool> closed_{false};
+  // Receive state: a frame being assembled across recv() calls.
+  std::vector<uint8_t> rx_;
+  size_t rx_got_ = 0;
+  size_t rx_need_ = kHeaderBytes;  // kHeaderBytes until the header is in, then the whole frame
+
+  [[noreturn]] void lost(const std::string& why);
+  [[noreturn]] void timeout(Clock::time_point start, const char* what);
+};
+
+// Connects to `endpoint` (retrying a refused connection until `deadline`).
+// Throws System: "tcp ...: can't connect: <why>".
+std::unique_ptr<TcpLink> tcp_connect(const std::string& endpoint, Clock::time_point deadline);
+
+}  // namespace kinet::fabric

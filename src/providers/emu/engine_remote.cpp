@@ -1,0 +1,220 @@
+// kinet emu — the engine's pipelined execution for a QP whose peer is in
+// another process (see the top of engine.cpp and fabric/remote_fabric.hpp).
+#include "fabric/remote_fabric.hpp"
+#include "fabric/wire.hpp"
+#include "providers/emu/engine_runner.hpp"
+
+namespace kinet::emu::engine {
+
+// One pass over a QP whose peer is in another process (see the top of
+// engine.cpp). Returns true if anything happened. Caller holds qp.exec_mu.
+bool QpRunner::step_remote() {
+  bool work = take_doorbell();
+  for (;;) {
+    if (state() == QpState::Error) {
+      if (!flush_window()) return true;
+      qp_.remote_out_bytes = 0;  // answers still due are dropped with their WQEs
+      while (qp_.sq_ci < qp_.sq_announced) {
+        if (!flush_cqe(qp_.sq_ci, slot_opcode(qp_.sq_ci))) return true;
+        ++qp_.sq_ci;
+        work = true;
+      }
+      return work;
+    }
+    // Answers, in WQE order; nothing lands behind a WQE that failed.
+    for (InFlight& e : qp_.window) {
+      work |= reap(e);
+      if (e.fault_syndrome) break;
+    }
+    while (!qp_.window.empty() && finished(qp_.window.front())) {
+      if (!retire_remote_front()) return true;
+      work = true;
+      if (state() == QpState::Error) break;
+    }
+    if (state() == QpState::Error) continue;
+    // The newest WQE may still have Requests to send.
+    if (!qp_.window.empty()) {
+      InFlight& b = qp_.window.back();
+      work |= pump(b);
+      if (b.sent < b.chunks.size() && !b.fault_syndrome) return work;
+    }
+    if (qp_.sq_ci >= qp_.sq_announced || qp_.window.size() >= kRemoteWindow) return work;
+    // Issue the next WQE.
+    InFlight e;
+    e.idx = qp_.sq_ci;
+    read_slot(e.idx, e.bb);
+    std::string why;
+    const bool decoded = decode_send_wqe(e.bb, &e.w, &why);
+    Fault f = validate(e, decoded, why);
+    MrEntry lmr[2];
+    if (!f && e.w.opcode != prm::kNop) f = check_local(e.w, e.w.opcode != prm::kRdmaWrite, lmr);
+    if (f) {
+      if (!qp_.window.empty()) return work;  // errors complete in WQE order
+      if (!complete_error(e.idx, e.w.opcode, e.w.total_len(), f)) return true;
+      ++qp_.sq_ci;
+      work = true;
+      continue;
+    }
+    const bool reads_local = e.w.opcode == prm::kRdmaWrite && !e.w.is_inline && e.w.nsge > 0;
+    if ((e.w.fence || reads_local) && window_has_read_or_atomic()) return work;
+    plan(e);
+    qp_.window.push_back(std::move(e));
+    ++qp_.sq_ci;
+    work = true;
+    pump(qp_.window.back());
+  }
+}
+
+uint64_t QpRunner::cost(const InFlight::Chunk& c) { return std::max(c.len, kMinChunkCost); }
+bool QpRunner::finished(const InFlight& e) {
+  return e.reaped == e.sent && (e.sent == e.chunks.size() || e.fault_syndrome);
+}
+void QpRunner::set_fault(InFlight& e, const Fault& f) {
+  if (!e.fault_syndrome) e.fault_syndrome = f.syndrome, e.fault_why = f.why;
+}
+
+// The WQE's Requests: one per SGE (or one for inline data / no SGE, and
+// one for an atomic), each split at kMaxChunk, remote addresses consecutive.
+void QpRunner::plan(InFlight& e) {
+  const DecodedWqe& w = e.w;
+  if (w.opcode == prm::kNop) return;
+  auto split = [&](int sge, uint64_t len, uint64_t raddr) {
+    uint64_t off = 0;
+    do {
+      InFlight::Chunk c;
+      c.sge = sge;
+      c.sge_off = off;
+      c.raddr = raddr + off;
+      c.len = std::min<uint64_t>(len - off, fabric::kMaxChunk);
+      e.chunks.push_back(std::move(c));
+      off += e.chunks.back().len;
+    } while (off < len);
+    return raddr + len;
+  };
+  if (w.is_atomic()) {
+    split(0, 8, w.raddr);
+  } else if (w.opcode == prm::kRdmaWrite && (w.is_inline || w.nsge == 0)) {
+    split(-1, w.inline_len, w.raddr);
+  } else if (w.nsge == 0) {  // READ of nothing
+    split(-1, 0, w.raddr);
+  } else {
+    uint64_t raddr = w.raddr;
+    for (int i = 0; i < w.nsge; ++i) raddr = split(i, w.sge[i].len, raddr);
+  }
+}
+
+// Sends the WQE's next Requests while the QP's budget allows (at least one
+// when nothing is outstanding). A WRITE's payload is read here, under the
+// guard and after checking its keys again.
+bool QpRunner::pump(InFlight& e) {
+  bool any = false;
+  std::vector<uint8_t> payload;
+  while (e.sent < e.chunks.size() && !e.fault_syndrome &&
+         (qp_.remote_out_bytes == 0 || qp_.remote_out_bytes + cost(e.chunks[e.sent]) <= kRemoteOutBytes)) {
+    InFlight::Chunk& c = e.chunks[e.sent];
+    const DecodedWqe& w = e.w;
+    fabric::Request rq;
+    rq.from_node = nic_.node;
+    rq.from_qpn = qp_.qpn;
+    rq.to_node = qp_.remote_node;
+    rq.to_qpn = qp_.remote_qpn;
+    rq.raddr = c.raddr;
+    rq.rkey = w.rkey;
+    rq.len = c.len;
+    switch (w.opcode) {
+      case prm::kRdmaWrite:
+        rq.kind = fabric::OpKind::Write;
+        if (c.sge < 0) {
+          rq.payload = e.bb + prm::kSeg2 + prm::kInlineHeader + c.sge_off;
+        } else {
+          payload.resize(c.len);
+          MrEntry lmr[2];
+          std::shared_lock<std::shared_mutex> g(memory_guard());
+          Fault f = check_local(w, false, lmr);  // still registered under the guard
+          if (!f)
+            if (CopyResult r = safe_copy(payload.data(), MemoryKind::Host,
+                                         reinterpret_cast<const void*>(w.sge[c.sge].addr + c.sge_off),
+                                         lmr[c.sge].kind, c.len))
+              f = local_copy_fault(r);
+          if (f) {
+            set_fault(e, f);
+            break;
+          }
+          rq.payload = payload.data();
+        }
+        break;
+      case prm::kRdmaRead:
+        rq.kind = fabric::OpKind::Read;
+        break;
+      default:
+        rq.kind = w.opcode == prm::kAtomicFa ? fabric::OpKind::FetchAdd : fabric::OpKind::CompareSwap;
+        rq.operand = w.swap_add;
+        rq.compare = w.opcode == prm::kAtomicFa ? 0 : w.compare;
+    }
+    if (e.fault_syndrome) break;
+    c.call = qp_.peer->start(rq);
+    qp_.remote_out_bytes += cost(c);
+    ++e.sent;
+    any = true;
+  }
+  return any;
+}
+
+// Takes the WQE's answers that arrived, in order: the first error is kept;
+// READ data and atomic old values land in local memory (keys checked again
+// under the guard: a region deregistered meanwhile is a local protection
+// error, never a write into freed memory).
+bool QpRunner::reap(InFlight& e) {
+  bool any = false;
+  while (e.reaped < e.sent) {
+    InFlight::Chunk& c = e.chunks[e.reaped];
+    if (!c.call->done.load(std::memory_order_acquire)) break;
+    const Call& a = *c.call;
+    qp_.remote_out_bytes -= std::min(qp_.remote_out_bytes, cost(c));
+    if (e.fault_syndrome) {
+      // an earlier chunk failed: later answers are dropped
+    } else if (a.lost) {
+      set_fault(e, {prm::kSynTransportRetry, "peer emu node " + hex(qp_.remote_node) + " at " +
+                                                 qp_.peer->endpoint() + " lost: " + a.why});
+    } else if (a.syndrome) {
+      set_fault(e, {a.syndrome, a.why});
+    } else if (e.w.opcode == prm::kRdmaRead || e.w.is_atomic()) {
+      set_fault(e, land(e, c, a));
+    }
+    c.call.reset();
+    ++e.reaped;
+    any = true;
+  }
+  return any;
+}
+
+Fault QpRunner::land(const InFlight& e, const InFlight::Chunk& c, const Call& a) {
+  const DecodedWqe& w = e.w;
+  const bool atomic = w.is_atomic();
+  if (!atomic && a.len != c.len)
+    return {prm::kSynRemoteOp, "peer answered " + std::to_string(a.len) + " bytes for a READ of " +
+                                   std::to_string(c.len)};
+  if (c.sge < 0 || c.len == 0) return {};
+  MrEntry lmr[2];
+  std::shared_lock<std::shared_mutex> g(memory_guard());
+  if (Fault f = check_local(w, true, lmr)) return f;
+  void* dst = reinterpret_cast<void*>(w.sge[c.sge].addr + c.sge_off);
+  // The old value lands in the requester's buffer, host byte order.
+  const CopyResult r = atomic ? safe_copy(dst, lmr[c.sge].kind, &a.old_value, MemoryKind::Host, 8)
+                              : safe_copy(dst, lmr[c.sge].kind, a.data, MemoryKind::Host, c.len);
+  if (r) return local_copy_fault(r);
+  return {};
+}
+
+// Completes the oldest WQE once all its answers are in. False when its CQE
+// does not fit (the QP is then in ERROR and the WQE stays for the flush).
+bool QpRunner::retire_remote_front() {
+  InFlight& e = qp_.window.front();
+  bool ok;
+  if (e.fault_syndrome) ok = complete_error(e.idx, e.w.opcode, e.w.total_len(), {e.fault_syndrome, e.fault_why});
+  else ok = !e.w.signaled || write_cqe(e.idx, prm::kCqeReq, 0, e.w.opcode, static_cast<uint32_t>(e.w.total_len()));
+  if (ok) qp_.window.pop_front();
+  return ok;
+}
+
+}  // namespace kinet::emu::engine

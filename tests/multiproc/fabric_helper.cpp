@@ -1,0 +1,368 @@
+// One process of a cross-process software NIC test (fabric_multiproc_test,
+// fabric_netns_test). Rank 0 is the requester, rank 1 the responder; they
+// meet through kinet::Bootstrap (rank 0 writes the unique id to --id-file),
+// open an emu device on the TCP fabric, exchange QP infos and keys, connect
+// kQps QP pairs and run --scenario:
+//   ops     every operation (WRITE large/small/inline/gather, READ large/
+//           scatter, FETCH_ADD, COMPARE_SWAP, NOP), more WQEs than ring slots,
+//           transfers over fabric::kMaxChunk; both sides verify byte for byte.
+//   errors  remote-side faults, one per QP: prints "CASE <name> <status number> | <last_error>".
+//   kill    a batch completes, then the responder dies (SIGKILL); the
+//           requester's next operations must fail: prints "LOST <status number> <ms> | <last_error>",
+//           "STATE <qp state>", "TEARDOWN <ms to destroy QPs and device>".
+//   cut     as kill, but the responder takes its interface (--cut-if) down
+//           and stays silent: the requester's operations time out.
+//   stall   as kill, but the responder stops (SIGSTOP): connected and silent,
+//           the requester's operations time out; the requester then kills it.
+// Last line: "OK" (exit 0), "FAIL <what>" (exit 4), "ERROR <code> <message>" (exit 3).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kinet/bootstrap.hpp"
+#include "kinet/kinet.hpp"
+
+namespace {
+namespace dev = kinet::dev;
+using kinet::Status;
+using Clock = std::chrono::steady_clock;
+constexpr auto X = dev::Sharing::Exclusive;
+constexpr int kQps = 5;
+constexpr uint32_t kDepth = 16;                   // ring slots: the small-write loop posts many more
+constexpr size_t kBuf = 6u << 20;                 // each side's main buffer
+constexpr size_t kBig = (5u << 19) + 123;         // 2.5 MiB + 123: over kMaxChunk, not a multiple of it
+constexpr size_t kAtomicOff = kBuf - 64;          // the atomic word in the responder's buffer
+constexpr uint64_t kAtomicInit = 0x1000;
+
+[[noreturn]] void fail(const std::string& what) {
+  std::printf("FAIL %s\n", what.c_str());
+  std::fflush(stdout);
+  std::_Exit(4);
+}
+void line(const std::string& s) {
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+uint8_t pat(int who, size_t i) { return static_cast<uint8_t>((i * 131 + (i >> 9) * 7 + who * 59 + 1) & 0xff); }
+
+// What each side publishes: its QPs' info blobs and its regions.
+struct Card {
+  uint64_t addr = 0, ro_addr = 0;
+  uint32_t rkey = 0, ro_rkey = 0;
+  int32_t pid = 0;
+  std::vector<std::vector<uint8_t>> qps;
+  std::vector<uint8_t> pack() const {
+    std::vector<uint8_t> b(28);
+    std::memcpy(b.data() + 24, &pid, 4);
+    std::memcpy(b.data(), &addr, 8);
+    std::memcpy(b.data() + 8, &ro_addr, 8);
+    std::memcpy(b.data() + 16, &rkey, 4);
+    std::memcpy(b.data() + 20, &ro_rkey, 4);
+    for (auto& q : qps) {
+      const uint32_t n = static_cast<uint32_t>(q.size());
+      b.insert(b.end(), reinterpret_cast<const uint8_t*>(&n), reinterpret_cast<const uint8_t*>(&n) + 4);
+      b.insert(b.end(), q.begin(), q.end());
+    }
+    return b;
+  }
+  static Card unpack(const std::vector<uint8_t>& b) {
+    Card c;
+    if (b.size() < 28) fail("short card");
+    std::memcpy(&c.pid, b.data() + 24, 4);
+    std::memcpy(&c.addr, b.data(), 8);
+    std::memcpy(&c.ro_addr, b.data() + 8, 8);
+    std::memcpy(&c.rkey, b.data() + 16, 4);
+    std::memcpy(&c.ro_rkey, b.data() + 20, 4);
+    size_t off = 28;
+    while (off + 4 <= b.size()) {
+      uint32_t n;
+      std::memcpy(&n, b.data() + off, 4);
+      off += 4;
+      if (off + n > b.size()) fail("bad card");
+      c.qps.emplace_back(b.begin() + off, b.begin() + off + n);
+      off += n;
+    }
+    return c;
+  }
+};
+
+struct Side {
+  std::unique_ptr<kinet::Device> dev;
+  std::unique_ptr<kinet::ProtectionDomain> pd;
+  std::vector<uint8_t> buf, ro;
+  std::unique_ptr<kinet::MemoryRegion> mr, ro_mr;
+  std::vector<std::unique_ptr<kinet::QueuePair>> qps;
+  Card peer;
+};
+
+kinet::Rkey be(uint32_t k) { return kinet::Rkey{kinet::detail::bswap32_constexpr(k)}; }
+
+// A WRITE or READ of two SGEs (gather / scatter), built from a one-SGE WQE
+// by appending a second data segment (DS 3 -> 4).
+Status post_two_sge(const dev::QpHandle& h, bool read, uint8_t* a, uint32_t la, uint8_t* b, uint32_t lb,
+                    kinet::Lkey lkey, uint64_t raddr, kinet::Rkey rkey) {
+  uint64_t idx;
+  if (Status s = dev::reserve<X>(h, 1, &idx); s != Status::Ok) return s;
+  if (read) dev::prepare_read<X>(h, idx, a, lkey, raddr, rkey, la, dev::kSignal);
+  else dev::prepare_write<X>(h, idx, a, lkey, raddr, rkey, la, dev::kSignal);
+  uint8_t* w = h.sq + (idx & (h.size() - 1)) * 64;
+  w[7] = 4;  // DS
+  auto put32 = [](uint8_t* p, uint32_t v) { p[0] = v >> 24, p[1] = v >> 16, p[2] = v >> 8, p[3] = uint8_t(v); };
+  put32(w + 48, lb);
+  std::memcpy(w + 52, &lkey, 4);  // already big-endian
+  const uint64_t addr = reinterpret_cast<uint64_t>(b);
+  put32(w + 56, static_cast<uint32_t>(addr >> 32));
+  put32(w + 60, static_cast<uint32_t>(addr));
+  if (Status s = dev::publish<X>(h, idx, 1); s != Status::Ok) return s;
+  return dev::ring_doorbell<X>(h, idx + 1);
+}
+
+void expect_ok(Status s, const std::string& what, const kinet::QueuePair& q) {
+  if (s != Status::Ok) fail(what + ": " + kinet::status_string(s) + " | " + q.last_error());
+}
+
+void requester_ops(Side& s) {
+  auto& q = *s.qps[0];
+  const auto h = q.handle();
+  uint8_t* L = s.buf.data();
+  const auto lk = s.mr->lkey();
+  const uint64_t R = s.peer.addr;
+  const auto rk = be(s.peer.rkey);
+  // Large WRITE: L[0, kBig) -> R[0, kBig).
+  expect_ok(dev::put<X>(h, L, lk, R, rk, kBig, dev::kSignal), "large put", q);
+  // 300 small WRITEs of 64 B (ring of 16 slots), R[kBig + 64 i].
+  for (int i = 0; i < 300; ++i)
+    expect_ok(dev::put<X>(h, L + kBig + 64 * i, lk, R + kBig + 64 * i, rk, 64, 0), "small put", q);
+  size_t off = kBig + 64 * 300;
+  // Inline WRITE of the most one basic block holds.
+  uint8_t inl[kinet::mlx5::kMaxInlineOneBB];
+  for (size_t i = 0; i < sizeof inl; ++i) inl[i] = pat(0, off + i);
+  expect_ok(dev::put_inline<X>(h, inl, sizeof inl, R + off, rk, 0), "inline put", q);
+  off += sizeof inl;
+  // Gather WRITE: two local pieces -> one remote range.
+  expect_ok(post_two_sge(h, false, L + off, 1000, L + off + 1000, 3000, lk, R + off, rk), "gather put", q);
+  off += 4000;
+  expect_ok(dev::quiet<X>(h), "quiet after writes", q);
+  // READ large: R[kBuf/2 .. +1.5 MiB) (the responder's own pattern) -> L same offsets.
+  const size_t roff = kBuf / 2, rlen = (3u << 19) + 7;
+  std::memset(L + roff, 0, rlen);
+  expect_ok(dev::get<X>(h, L + roff, lk, R + roff, rk, rlen, dev::kSignal), "large get", q);
+  // Scatter READ: R[roff + rlen, +5000) -> two local pieces.
+  const size_t soff = roff + rlen;
+  std::memset(L + soff, 0, 5000);
+  expect_ok(post_two_sge(h, true, L + soff + 3000, 2000, L + soff, 3000, lk, R + soff, rk), "scatter get", q);
+  // Atomics on the responder's word (initially kAtomicInit), results in L's tail.
+  uint64_t* res = reinterpret_cast<uint64_t*>(L + kBuf - 256);
+  res[0] = res[1] = res[2] = ~0ull;
+  expect_ok(dev::fetch_add<X>(h, &res[0], lk, R + kAtomicOff, rk, 5, 0), "fetch_add", q);
+  expect_ok(dev::compare_swap<X>(h, &res[1], lk, R + kAtomicOff, rk, kAtomicInit + 5, 77, 0), "cas hit", q);
+  expect_ok(dev::compare_swap<X>(h, &res[2], lk, R + kAtomicOff, rk, 1, 99, 0), "cas miss", q);
+  dev::Ticket t;
+  expect_ok(dev::nop<X>(h, dev::kSignal, &t), "nop", q);
+  expect_ok(dev::wait<X>(h, t), "wait nop", q);
+  expect_ok(dev::quiet<X>(h), "quiet", q);
+  for (size_t i = 0; i < rlen; ++i)
+    if (L[roff + i] != pat(1, roff + i)) fail("large READ byte " + std::to_string(i) + " differs");
+  for (size_t i = 0; i < 3000; ++i)
+    if (L[soff + i] != pat(1, soff + 2000 + i)) fail("scatter READ (second SGE) byte " + std::to_string(i));
+  for (size_t i = 0; i < 2000; ++i)
+    if (L[soff + 3000 + i] != pat(1, soff + i)) fail("scatter READ (first SGE) byte " + std::to_string(i));
+  if (res[0] != kAtomicInit) fail("fetch_add old value " + std::to_string(res[0]));
+  if (res[1] != kAtomicInit + 5) fail("compare_swap (hit) old value " + std::to_string(res[1]));
+  if (res[2] != 77) fail("compare_swap (miss) old value " + std::to_string(res[2]));
+}
+
+void responder_verify(Side& s) {
+  const uint8_t* R = s.buf.data();
+  const size_t end = kBig + 64 * 300 + kinet::mlx5::kMaxInlineOneBB + 4000;
+  for (size_t i = 0; i < end; ++i)
+    if (R[i] != pat(0, i)) fail("WRITE byte " + std::to_string(i) + " differs: " + std::to_string(R[i]));
+  for (size_t i = end; i < kBuf / 2; ++i)
+    if (R[i] != pat(1, i)) fail("byte " + std::to_string(i) + " past the WRITEs changed");
+  uint64_t v;
+  std::memcpy(&v, R + kAtomicOff, 8);
+  if (v != 77) fail("atomic word is " + std::to_string(v) + ", expected 77");
+}
+
+void requester_errors(Side& s) {
+  const uint64_t R = s.peer.addr;
+  const auto lk = s.mr->lkey();
+  uint8_t* L = s.buf.data();
+  auto run = [&](int qi, const char* name, auto post) {
+    auto& q = *s.qps[qi];
+    dev::Ticket t;
+    Status st = post(q.handle(), &t);
+    if (st == Status::Ok) st = dev::wait<X>(q.handle(), t);
+    line(std::string("CASE ") + name + " " + std::to_string(static_cast<int>(st)) + " | " + q.last_error());
+  };
+  run(1, "bad_rkey", [&](const dev::QpHandle& h, dev::Ticket* t) {
+    return dev::put<X>(h, L, lk, R, be(s.peer.rkey ^ 0x01), 64, 0, t);  // same index, another generation
+  });
+  run(2, "out_of_bounds", [&](const dev::QpHandle& h, dev::Ticket* t) {
+    return dev::put<X>(h, L, lk, R + kBuf - 4, be(s.peer.rkey), 8, 0, t);  // 4 bytes past the end
+  });
+  run(3, "no_write_access", [&](const dev::QpHandle& h, dev::Ticket* t) {
+    return dev::put<X>(h, L, lk, s.peer.ro_addr, be(s.peer.ro_rkey), 16, 0, t);
+  });
+  run(4, "misaligned_atomic", [&](const dev::QpHandle& h, dev::Ticket* t) {
+    return dev::fetch_add<X>(h, reinterpret_cast<uint64_t*>(L), lk, R + kAtomicOff + 4, be(s.peer.rkey), 1, 0, t);
+  });
+  // The last good byte still passes (on a fresh QP pair? all are in ERROR): checked by "ops".
+}
+
+// kill / cut: a batch completes; `go` tells the responder to die; then
+// WRITEs until one fails.
+void requester_lose_peer(Side& s, kinet::Bootstrap& bs) {
+  auto& q = *s.qps[0];
+  const auto h = q.handle();
+  const auto lk = s.mr->lkey();
+  const auto rk = be(s.peer.rkey);
+  for (int i = 0; i < 40; ++i)
+    expect_ok(dev::put<X>(h, s.buf.data() + 4096 * i, lk, s.peer.addr + 4096 * i, rk, 4096, 0), "put before", q);
+  expect_ok(dev::quiet<X>(h), "quiet before the fault", q);
+  bs.barrier();  // the responder verifies the batch, then fails
+  bs.barrier();
+  const auto t0 = Clock::now();
+  Status st = Status::Ok;
+  for (int i = 0; i < 100000 && st == Status::Ok; ++i) {
+    dev::Ticket t;
+    st = dev::put<X>(h, s.buf.data(), lk, s.peer.addr, rk, 4096, dev::kSignal, &t);
+    if (st == Status::Ok) st = dev::wait<X>(h, t);
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  line("LOST " + std::to_string(static_cast<int>(st)) + " " + std::to_string(ms) + " | " + q.last_error());
+  line(std::string("STATE ") + kinet::qp_state_name(q.state()));
+  // Survivors tear down promptly.
+  const auto t1 = Clock::now();
+  s.qps.clear();
+  s.dev.reset();
+  const auto td = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t1).count();
+  line("TEARDOWN " + std::to_string(td));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string id_file, scenario = "ops", cut_if;
+  int rank = -1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--id-file") id_file = v;
+    else if (k == "--rank") rank = std::atoi(v.c_str());
+    else if (k == "--scenario") scenario = v;
+    else if (k == "--cut-if") cut_if = v;
+    else fail("unknown option " + k);
+  }
+  if (rank != 0 && rank != 1) fail("--rank 0|1");
+  std::unique_ptr<kinet::Bootstrap> bs;
+  try {
+    kinet::UniqueId id{};
+    if (rank == 0) {
+      id = kinet::UniqueId::create();
+      {
+        std::ofstream f(id_file + ".tmp");
+        f << id.to_string() << "\n";
+      }
+      std::rename((id_file + ".tmp").c_str(), id_file.c_str());
+    } else {
+      std::string hex;
+      const auto deadline = Clock::now() + std::chrono::seconds(20);
+      while (hex.size() != 256 && Clock::now() < deadline) {
+        std::ifstream f(id_file);
+        std::getline(f, hex);
+        if (hex.size() != 256) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      id = kinet::UniqueId::from_string(hex);
+    }
+    bs = kinet::Bootstrap::init(id, rank, 2, std::chrono::seconds(20));
+    Side s;
+    kinet::DeviceOptions opt;
+    opt.emu_fabric = kinet::DeviceOptions::Fabric::Tcp;
+    s.dev = kinet::Device::open("emu", opt);
+    s.pd = s.dev->alloc_pd();
+    s.buf.resize(kBuf);
+    for (size_t i = 0; i < kBuf; ++i) s.buf[i] = pat(rank, i);
+    if (rank == 1) {
+      const uint64_t init = kAtomicInit;
+      std::memcpy(s.buf.data() + kAtomicOff, &init, 8);
+    }
+    s.ro.assign(4096, 0xee);
+    s.mr = s.pd->reg_mr(s.buf.data(), kBuf, kinet::kAccessAll);
+    s.ro_mr = s.pd->reg_mr(s.ro.data(), s.ro.size(), kinet::kLocalWrite | kinet::kRemoteRead);
+    Card mine;
+    mine.addr = s.mr->addr_u64();
+    mine.rkey = s.mr->rkey_value();
+    mine.ro_addr = s.ro_mr->addr_u64();
+    mine.ro_rkey = s.ro_mr->rkey_value();
+    mine.pid = static_cast<int32_t>(getpid());
+    for (int i = 0; i < kQps; ++i) {
+      kinet::QpConfig c;
+      c.sq_depth = kDepth;
+      s.qps.push_back(s.pd->create_qp(c));
+      mine.qps.push_back(s.qps.back()->info().serialize());
+    }
+    const auto packed = mine.pack();
+    const auto all = bs->allgather(packed.data(), packed.size());
+    s.peer = Card::unpack(all[1 - rank]);
+    if (static_cast<int>(s.peer.qps.size()) != kQps) fail("peer card has " + std::to_string(s.peer.qps.size()) + " QPs");
+    for (int i = 0; i < kQps; ++i) {
+      const auto& b = s.peer.qps[i];
+      const kinet::QpInfo pi = kinet::QpInfo::deserialize(b.data(), b.size());
+      if (pi.endpoint.rfind("tcp ", 0) != 0) fail("peer QP info has endpoint \"" + pi.endpoint + "\"");
+      s.qps[i]->connect(pi);
+    }
+    bs->barrier();  // both connected
+    if (scenario == "ops") {
+      if (rank == 0) requester_ops(s);
+      bs->barrier();
+      if (rank == 1) responder_verify(s);
+      bs->barrier();
+      s.qps.clear();  // clean teardown on both sides at once (sanitizers check it)
+      s.dev.reset();
+    } else if (scenario == "errors") {
+      if (rank == 0) requester_errors(s);
+      bs->barrier();
+      if (rank == 1)
+        for (uint8_t b : s.ro)
+          if (b != 0xee) fail("the region without remote write access was written");
+      bs->barrier();
+      s.qps.clear();
+      s.dev.reset();
+    } else if (scenario == "kill" || scenario == "cut" || scenario == "stall") {
+      if (rank == 0) {
+        requester_lose_peer(s, *bs);
+        if (scenario == "stall") ::kill(s.peer.pid, SIGKILL);  // it can't leave by itself
+      } else {
+        bs->barrier();
+        for (size_t i = 0; i < 40 * 4096; ++i)
+          if (s.buf[i] != pat(0, i)) fail("WRITE before the fault: byte " + std::to_string(i));
+        bs->barrier();  // the requester now writes until an operation fails
+        if (scenario == "kill") ::kill(::getpid(), SIGKILL);
+        if (scenario == "stall") ::raise(SIGSTOP);  // alive, connected, silent
+        // Cut: no RST, no FIN can cross a link that is down; this process may leave.
+        if (std::system(("ip link set " + cut_if + " down").c_str()) != 0) fail("ip link set " + cut_if + " down");
+      }
+    } else {
+      fail("unknown scenario " + scenario);
+    }
+    line("OK");
+    if (scenario == "ops" || scenario == "errors") {
+      bs.reset();
+      return 0;
+    }
+  } catch (const kinet::Error& e) {
+    std::printf("ERROR %s %s\n", kinet::error_code_name(e.code()), e.what());
+    std::fflush(stdout);
+    return 3;
+  }
+  std::fflush(stdout);
+  std::_Exit(0);  // the peer may be gone: don't wait for bootstrap teardown handshakes
+}

@@ -1,0 +1,417 @@
+// The requester side of the TCP fabric against a hostile or broken responder
+// process, played in-process by a scripted server on loopback that speaks the
+// wire protocol (fabric/wire.hpp) through a TcpLink. Each misbehaviour must
+// end in an error CQE (or a to_rtr error) naming the peer and what it did,
+// within KINET_EMU_PEER_TIMEOUT_MS, with no byte of local memory touched.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "bootstrap/socket.hpp"
+#include "fabric/tcp_link.hpp"
+#include "fabric/wire.hpp"
+#include "kinet/kinet.hpp"
+
+namespace {
+namespace dev = kinet::dev;
+namespace fab = kinet::fabric;
+using kinet::Status;
+using namespace std::chrono_literals;
+constexpr auto X = dev::Sharing::Exclusive;
+constexpr int kPeerTimeoutMs = 1000;
+
+// Before any device exists (the variables are read at first use).
+const bool kEnv = [] {
+  setenv("KINET_EMU_PEER_TIMEOUT_MS", std::to_string(kPeerTimeoutMs).c_str(), 1);
+  setenv("KINET_SOCKET_IFNAME", "=lo", 1);
+  return true;
+}();
+
+// A server that accepts one connection and runs `script` on it.
+class FakePeer {
+ public:
+  using Script = std::function<void(fab::TcpLink&)>;
+  explicit FakePeer(Script script) {
+    kinet::bs::SockAddr lo;
+    auto* a = reinterpret_cast<sockaddr_in*>(&lo.ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    lo.len = sizeof(sockaddr_in);
+    kinet::bs::SockAddr bound;
+    lfd_ = kinet::bs::listen_on(lo, 0, &bound);
+    endpoint_ = fab::tcp_endpoint(bound);
+    th_ = std::thread([this, script] {
+      pollfd p{lfd_.get(), POLLIN, 0};
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (::poll(&p, 1, 50) != 1)  // until a requester connects, or the test is done with this peer
+        if (done_.load() || std::chrono::steady_clock::now() > until) return;
+      const int fd = ::accept(lfd_.get(), nullptr, nullptr);
+      if (fd < 0) return;
+      fab::TcpLink link(kinet::bs::Fd(fd), "requester");
+      try {
+        script(link);
+      } catch (const std::exception&) {  // the requester closed: the script is over
+      }
+      // Keep the connection until the test is done with it.
+      std::vector<uint8_t> sink;
+      try {
+        while (!done_.load()) link.recv(sink, std::chrono::steady_clock::now() + 50ms);
+      } catch (const std::exception&) {
+      }
+    });
+  }
+  ~FakePeer() {
+    done_.store(true);
+    th_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  kinet::bs::Fd lfd_;
+  std::string endpoint_;
+  std::atomic<bool> done_{false};
+  std::thread th_;
+};
+
+std::vector<uint8_t> recv_frame(fab::TcpLink& l, fab::Frame* f) {
+  std::vector<uint8_t> b;
+  if (!l.recv(b, std::chrono::steady_clock::now() + 10s)) throw std::runtime_error("nothing came");
+  std::string why;
+  if (!fab::decode(b.data(), b.size(), f, &why)) throw std::runtime_error(why);
+  return b;
+}
+void send(fab::TcpLink& l, const std::vector<uint8_t>& b) { l.send(b.data(), b.size(), std::chrono::steady_clock::now() + 10s); }
+void hello_back(fab::TcpLink& l) {
+  fab::Frame f;
+  recv_frame(l, &f);
+  fab::Hello h;
+  h.process_id = 42;
+  h.max_frame = static_cast<uint32_t>(fab::kMaxFrame);
+  h.name = "fake:1";
+  std::vector<uint8_t> b;
+  fab::encode(h, b);
+  send(l, b);
+}
+
+struct Rig {
+  std::unique_ptr<kinet::Device> dev;
+  std::unique_ptr<kinet::ProtectionDomain> pd;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(4096, 0x5a);
+  std::unique_ptr<kinet::MemoryRegion> mr;
+  std::unique_ptr<kinet::QueuePair> qp;
+  kinet::QpInfo peer{};
+  explicit Rig(const std::string& endpoint) {
+    kinet::DeviceOptions o;
+    o.emu_fabric = kinet::DeviceOptions::Fabric::Tcp;
+    dev = kinet::Device::open("emu", o);
+    pd = dev->alloc_pd();
+    mr = pd->reg_mr(buf.data(), buf.size(), kinet::kAccessAll);
+    qp = pd->create_qp();
+    peer.magic = kinet::QpInfo::kMagic;
+    peer.version = 1;
+    peer.provider = 1;
+    peer.node = 0x123456789abcdef0ull;  // no NIC of this process
+    peer.qpn = 0x100;
+    peer.mtu = 5;
+    peer.port = 1;
+    peer.endpoint = endpoint;
+  }
+  // A READ of 64 bytes into buf[0..64); returns its status.
+  Status read64() {
+    dev::Ticket t;
+    Status s = dev::get<X>(qp->handle(), buf.data(), mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, 0, &t);
+    return s == Status::Ok ? dev::wait<X>(qp->handle(), t) : s;
+  }
+  bool untouched() const {
+    for (uint8_t b : buf)
+      if (b != 0x5a) return false;
+    return true;
+  }
+};
+
+std::string lost(const std::string& ep) { return "peer emu node 0x123456789abcdef0 at " + ep + " lost: "; }
+
+TEST(FabricHostilePeer, AnswerToARequestNeverMade) {
+  FakePeer fp([](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame f;
+    recv_frame(l, &f);
+    fab::Response r;
+    r.seq = f.request.seq + 1000;
+    std::vector<uint8_t> b;
+    fab::encode(r, b);
+    send(l, b);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
+  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "answered request 1001, which is not pending"),
+            std::string::npos)
+      << r.qp->last_error();
+  EXPECT_TRUE(r.untouched());
+}
+
+TEST(FabricHostilePeer, GarbageInsteadOfAFrame) {
+  FakePeer fp([](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame f;
+    recv_frame(l, &f);
+    send(l, std::vector<uint8_t>(64, 0xff));
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
+  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "malformed frame header: "), std::string::npos)
+      << r.qp->last_error();
+  EXPECT_TRUE(r.untouched());
+}
+
+TEST(FabricHostilePeer, ARequestWhereAResponseBelongs) {
+  FakePeer fp([](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame f;
+    recv_frame(l, &f);
+    fab::Request rq = f.request;
+    rq.kind = fab::OpKind::Read;
+    std::vector<uint8_t> b;
+    fab::encode(rq, b);
+    send(l, b);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
+  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "sent a frame of type 2 where a Response was expected"),
+            std::string::npos)
+      << r.qp->last_error();
+  EXPECT_TRUE(r.untouched());
+}
+
+fab::Response ok_to(const fab::Request& rq) {
+  fab::Response r;
+  r.seq = rq.seq;
+  return r;
+}
+
+// Operations are pipelined: the peer sees all eight WRITEs of one doorbell
+// before it answers the first (a requester doing one round trip per WQE would
+// never send the second).
+TEST(FabricPipelining, ManyRequestsBeforeTheFirstAnswer) {
+  FakePeer fp([](fab::TcpLink& l) {
+    hello_back(l);
+    std::vector<std::vector<uint8_t>> held;
+    std::vector<fab::Request> rqs;
+    for (int i = 0; i < 8; ++i) {
+      fab::Frame f;
+      held.push_back(recv_frame(l, &f));  // throws (ending the script) if they don't all come
+      rqs.push_back(f.request);
+    }
+    for (auto& rq : rqs) {
+      std::vector<uint8_t> b;
+      fab::encode(ok_to(rq), b);
+      send(l, b);
+    }
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  for (int i = 0; i < 8; ++i)
+    ASSERT_EQ(dev::put<X>(h, r.buf.data() + 64 * i, r.mr->lkey(), 0x1000 + 64 * i, kinet::Rkey{0x01020304}, 64,
+                          i == 7 ? dev::kSignal : dev::kNoDoorbell),
+              Status::Ok);
+  EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
+}
+
+// In order: a WRITE whose source an earlier READ fills is sent only after the
+// READ's data landed, so it carries that data.
+TEST(FabricPipelining, WriteAfterReadCarriesTheReadData) {
+  std::mutex mu;  // the socket orders these accesses, but TSan can't see that
+  std::vector<uint8_t> seen;
+  FakePeer fp([&](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame f;
+    recv_frame(l, &f);
+    if (f.request.kind != fab::OpKind::Read) throw std::runtime_error("expected the READ first");
+    std::vector<uint8_t> data(64, 0xab);
+    fab::Response r = ok_to(f.request);
+    r.len = 64;
+    r.payload = data.data();
+    std::vector<uint8_t> b;
+    fab::encode(r, b);
+    send(l, b);
+    fab::Frame w;
+    auto keep = recv_frame(l, &w);
+    if (w.request.kind == fab::OpKind::Write) {
+      std::lock_guard<std::mutex> g(mu);
+      seen.assign(w.request.payload, w.request.payload + w.request.len);
+    }
+    b.clear();
+    fab::encode(ok_to(w.request), b);
+    send(l, b);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  ASSERT_EQ(dev::get<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kNoDoorbell),
+            Status::Ok);
+  ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x2000, kinet::Rkey{0x01020304}, 64, dev::kSignal),
+            Status::Ok);
+  EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    EXPECT_EQ(seen, std::vector<uint8_t>(64, 0xab));
+  }
+  EXPECT_EQ(std::vector<uint8_t>(r.buf.begin(), r.buf.begin() + 64), std::vector<uint8_t>(64, 0xab));
+}
+
+// A READ whose local region is deregistered while the answer is on its way:
+// the key is checked again when the data would land, so it never lands (a
+// local protection error, as on hardware once the MR is gone).
+TEST(FabricLanding, ReadDataAfterDeregistrationDoesNotLand) {
+  std::atomic<int> step{0};  // 1: the READ reached the peer; 2: the test deregistered, answer now
+  auto wait_for = [&step](int v) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (step.load() < v && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    return step.load() >= v;
+  };
+  FakePeer fp([&](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame f;
+    recv_frame(l, &f);
+    step.store(1);
+    if (!wait_for(2)) return;
+    std::vector<uint8_t> data(64, 0xee);
+    fab::Response r = ok_to(f.request);
+    r.len = 64;
+    r.payload = data.data();
+    std::vector<uint8_t> b;
+    fab::encode(r, b);
+    send(l, b);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const uint32_t lkey = r.mr->lkey_value();
+  dev::Ticket t;
+  ASSERT_EQ(dev::get<X>(r.qp->handle(), r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, 0, &t),
+            Status::Ok);
+  ASSERT_TRUE(wait_for(1)) << "the READ never reached the peer";
+  r.mr.reset();  // deregistered while the READ is outstanding
+  step.store(2);
+  EXPECT_EQ(dev::wait<X>(r.qp->handle(), t), Status::LocalProtection);
+  char k[32];
+  std::snprintf(k, sizeof k, "0x%x", lkey);
+  EXPECT_NE(r.qp->last_error().find(std::string("WQE 0 RDMA_READ 64 B: lkey ") + k + " is not registered on emu"),
+            std::string::npos)
+      << r.qp->last_error();
+  EXPECT_TRUE(r.untouched());
+}
+
+// A READ answered with fewer bytes than asked: nothing lands.
+TEST(FabricHostilePeer, ShortReadData) {
+  FakePeer fp([](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame f;
+    recv_frame(l, &f);
+    std::vector<uint8_t> data(32, 0xee);
+    fab::Response r;
+    r.seq = f.request.seq;
+    r.len = 32;
+    r.payload = data.data();
+    std::vector<uint8_t> b;
+    fab::encode(r, b);
+    send(l, b);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  EXPECT_EQ(r.read64(), Status::RemoteOperation);
+  EXPECT_NE(r.qp->last_error().find("WQE 0 RDMA_READ 64 B: peer answered 32 bytes for a READ of 64"),
+            std::string::npos)
+      << r.qp->last_error();
+  EXPECT_TRUE(r.untouched());
+}
+
+// Connected, then silent: the operation ends after the peer timeout, not before.
+TEST(FabricHostilePeer, SilentPeerTimesOut) {
+  FakePeer fp([](fab::TcpLink& l) { hello_back(l); });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(ms, kPeerTimeoutMs - 50);
+  EXPECT_LT(ms, kPeerTimeoutMs + 5000);
+  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "timeout after 1000 ms waiting for a response"),
+            std::string::npos)
+      << r.qp->last_error();
+  EXPECT_EQ(r.qp->state(), kinet::QpState::Error);
+  EXPECT_TRUE(r.untouched());
+  // Later operations on another QP to the same (lost) endpoint: a new link is
+  // tried at to_rtr; this peer takes one connection only, so to_rtr fails in time.
+}
+
+// A peer that accepts but never says Hello: to_rtr fails within the bound,
+// naming the endpoint; the QP stays in INIT.
+TEST(FabricHostilePeer, NoHelloFailsToRtr) {
+  FakePeer fp([](fab::TcpLink& l) {
+    fab::Frame f;
+    recv_frame(l, &f);  // the requester's Hello, never answered
+  });
+  Rig r(fp.endpoint());
+  r.qp->to_init(kinet::kAccessAll);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    r.qp->to_rtr(r.peer);
+    ADD_FAILURE() << "to_rtr succeeded";
+  } catch (const kinet::Error& e) {
+    EXPECT_EQ(e.code(), kinet::ErrorCode::System);
+    EXPECT_NE(std::string(e.what()).find("to_rtr: can't reach peer emu node 0x123456789abcdef0: " + fp.endpoint() +
+                                         ": timeout after 1000 ms waiting for the peer's Hello"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 6s);
+  EXPECT_EQ(r.qp->state(), kinet::QpState::Init);
+}
+
+// Nobody listens there: refused until the bound, then an error naming it.
+TEST(FabricHostilePeer, NobodyListening) {
+  std::string ep;
+  { FakePeer fp([](fab::TcpLink&) {}); ep = fp.endpoint(); }  // its port is free again
+  Rig r(ep);
+  r.qp->to_init(kinet::kAccessAll);
+  try {
+    r.qp->to_rtr(r.peer);
+    ADD_FAILURE() << "to_rtr succeeded";
+  } catch (const kinet::Error& e) {
+    EXPECT_EQ(e.code(), kinet::ErrorCode::System);
+    EXPECT_NE(std::string(e.what()).find("can't reach peer emu node 0x123456789abcdef0: " + ep + ": can't connect: "),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(r.qp->state(), kinet::QpState::Init);
+}
+
+TEST(FabricHostilePeer, MalformedEndpointsAreRefused) {
+  for (const char* ep : {"tcp 127.0.0.1", "tcp 127.0.0.1:0", "tcp 127.0.0.1:65536", "udp 1.2.3.4:5", "tcp host:80",
+                         "tcp [::1:80", "tcp 1.2.3.4:8x"}) {
+    Rig r(ep);
+    r.qp->to_init(kinet::kAccessAll);
+    try {
+      r.qp->to_rtr(r.peer);
+      ADD_FAILURE() << ep << ": to_rtr succeeded";
+    } catch (const kinet::Error& e) {
+      EXPECT_EQ(e.code(), kinet::ErrorCode::InvalidArgument) << ep << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("endpoint \"") + ep + "\": "), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,187 @@
+// The cross-process software NIC between two processes (fabric_helper.cpp):
+// on loopback, and across two network namespaces joined by a veth pair (two
+// "hosts"; needs root and ip netns, else Skipped). Every operation with data
+// verified byte for byte on both sides, remote-side errors as exact
+// syndromes, kill -9 of the peer, a stalled peer (SIGSTOP) and a link cut
+// (veth down) ending in the peer-timeout error after KINET_EMU_PEER_TIMEOUT_MS.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "kinet/status.hpp"
+#include "proc_util.hpp"
+
+namespace {
+using namespace std::chrono_literals;
+using kinet::Status;
+constexpr int kPeerTimeoutMs = 1500;  // the cut case waits this long; kill is detected at once
+
+std::string last_line(const std::string& out) {
+  std::string s = out;
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  const size_t nl = s.rfind('\n');
+  return nl == std::string::npos ? s : s.substr(nl + 1);
+}
+// The line starting with `tag` ("CASE bad_rkey "), without the tag; "" if none.
+std::string find_line(const std::string& out, const std::string& tag) {
+  std::istringstream in(out);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(tag, 0) == 0) return l.substr(tag.size());
+  return "";
+}
+std::string st(Status s) { return std::to_string(static_cast<int>(s)); }
+
+// Where the two processes run: plain (loopback) or in namespaces.
+struct Where {
+  std::vector<std::string> prefix[2];  // argv before the helper
+  std::string ifname[2];               // KINET_SOCKET_IFNAME of each
+  std::string cut_if;                  // the responder's interface (cut scenario)
+};
+
+std::vector<kinet::test::Proc> run_pair(const Where& w, const std::string& scenario, std::chrono::seconds bound) {
+  const std::string file = "/tmp/kinet_fabric_id_" + std::to_string(getpid()) + "_" + scenario;
+  std::remove(file.c_str());
+  std::vector<kinet::test::Proc> ps;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> argv = w.prefix[r];
+    argv.insert(argv.end(), {KINET_FABRIC_HELPER, "--id-file", file, "--rank", std::to_string(r), "--scenario",
+                             scenario});
+    if (!w.cut_if.empty()) argv.insert(argv.end(), {"--cut-if", w.cut_if});
+    ps.push_back(kinet::test::spawn(argv, {"KINET_SOCKET_IFNAME=" + w.ifname[r],
+                                           "KINET_EMU_PEER_TIMEOUT_MS=" + std::to_string(kPeerTimeoutMs)}));
+    EXPECT_GT(ps.back().pid, 0) << "spawn failed";
+  }
+  kinet::test::wait_all(ps, bound);
+  std::remove(file.c_str());
+  return ps;
+}
+
+void expect_ok(const std::vector<kinet::test::Proc>& ps) {
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " printed:\n" + ps[r].out);
+    EXPECT_FALSE(ps[r].timed_out);
+    EXPECT_EQ(last_line(ps[r].out), "OK");
+    EXPECT_EQ(ps[r].exit_code, 0);
+  }
+}
+
+void every_operation(const Where& w) {
+  expect_ok(run_pair(w, "ops", 60s));
+}
+
+void remote_errors(const Where& w) {
+  auto ps = run_pair(w, "errors", 60s);
+  expect_ok(ps);
+  const std::string& out = ps[0].out;
+  SCOPED_TRACE(out);
+  auto check = [&](const char* name, Status s, const std::vector<std::string>& parts) {
+    const std::string l = find_line(out, std::string("CASE ") + name + " ");
+    EXPECT_EQ(l.substr(0, l.find(' ')), st(s)) << name;
+    for (const auto& p : parts) EXPECT_NE(l.find(p), std::string::npos) << name << ": no \"" << p << "\" in " << l;
+  };
+  check("bad_rkey", Status::RemoteAccess, {"WQE 0 RDMA_WRITE 64 B: rkey 0x", "is not registered on emu"});
+  check("out_of_bounds", Status::RemoteAccess, {"WQE 0 RDMA_WRITE 8 B: remote range [0x", ", +8) is outside rkey 0x"});
+  check("no_write_access", Status::RemoteAccess, {"WQE 0 RDMA_WRITE 16 B: rkey 0x", "was registered without remote write"});
+  check("misaligned_atomic", Status::RemoteInvalidRequest, {"is not 8-byte aligned"});
+}
+
+// The requester's view of a lost peer: the documented error, within `max_ms`.
+void expect_lost(const std::vector<kinet::test::Proc>& ps, const std::string& why, long min_ms, long max_ms) {
+  const std::string& out = ps[0].out;
+  SCOPED_TRACE("requester printed:\n" + out + "responder printed:\n" + ps[1].out);
+  EXPECT_FALSE(ps[0].timed_out);
+  EXPECT_EQ(last_line(out), "OK");
+  const std::string l = find_line(out, "LOST ");
+  std::istringstream in(l);
+  std::string status;
+  long ms = -1;
+  in >> status >> ms;
+  EXPECT_EQ(status, st(Status::TransportRetryExceeded));
+  EXPECT_GE(ms, min_ms);
+  EXPECT_LE(ms, max_ms);
+  for (const char* p : {"RDMA_WRITE 4096 B: peer emu node 0x", " at tcp ", " lost: "})
+    EXPECT_NE(l.find(p), std::string::npos) << "no \"" << p << "\" in " << l;
+  EXPECT_NE(l.find(why), std::string::npos) << "no \"" << why << "\" in " << l;
+  EXPECT_EQ(find_line(out, "STATE "), "ERROR");
+  const long td = std::atol(find_line(out, "TEARDOWN ").c_str());
+  EXPECT_LT(td, 2000) << "destroying QPs and the device with a dead peer must be prompt";
+}
+
+void kill_peer(const Where& w) {
+  auto ps = run_pair(w, "kill", 60s);
+  EXPECT_EQ(ps[1].exit_code, 128 + SIGKILL) << ps[1].out;
+  // EOF or reset is seen at once: well within the peer timeout.
+  expect_lost(ps, "", 0, kPeerTimeoutMs);
+}
+
+Where loopback() {
+  Where w;
+  w.ifname[0] = w.ifname[1] = "=lo";
+  return w;
+}
+
+TEST(FabricLoopback, EveryOperationVerified) { every_operation(loopback()); }
+TEST(FabricLoopback, RemoteErrorsAreExactSyndromes) { remote_errors(loopback()); }
+TEST(FabricLoopback, KillNineOfThePeer) { kill_peer(loopback()); }
+// A peer that stops (SIGSTOP) keeps its connection but answers nothing: the
+// error comes after KINET_EMU_PEER_TIMEOUT_MS, not before (the receiver
+// checks at least every 100 ms).
+TEST(FabricLoopback, StalledPeerEndsInThePeerTimeout) {
+  auto ps = run_pair(loopback(), "stall", 60s);
+  EXPECT_EQ(ps[1].exit_code, 128 + SIGKILL) << ps[1].out;
+  expect_lost(ps, "lost: timeout after " + std::to_string(kPeerTimeoutMs) + " ms waiting for a response",
+              kPeerTimeoutMs - 100, kPeerTimeoutMs + 3000);
+}
+
+// ---- two namespaces ---------------------------------------------------------
+bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+
+class FabricNetns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string tag = std::to_string(getpid());
+    ns_a_ = "kinet_fab_a" + tag;
+    ns_b_ = "kinet_fab_b" + tag;
+    const std::string t8 = tag.substr(tag.size() > 8 ? tag.size() - 8 : 0);
+    if_a_ = "kfa" + t8;
+    if_b_ = "kfb" + t8;
+    bool ok = sh("ip netns add " + ns_a_) && (made_a_ = true) && sh("ip netns add " + ns_b_) && (made_b_ = true) &&
+              sh("ip link add " + if_a_ + " netns " + ns_a_ + " type veth peer name " + if_b_ + " netns " + ns_b_) &&
+              sh("ip -n " + ns_a_ + " addr add 10.214.0.1/24 dev " + if_a_) &&
+              sh("ip -n " + ns_b_ + " addr add 10.214.0.2/24 dev " + if_b_) &&
+              sh("ip -n " + ns_a_ + " link set " + if_a_ + " up") && sh("ip -n " + ns_b_ + " link set " + if_b_ + " up") &&
+              sh("ip -n " + ns_a_ + " link set lo up") && sh("ip -n " + ns_b_ + " link set lo up");
+    if (!ok) GTEST_SKIP() << "cannot create network namespaces and a veth pair (needs root and ip netns)";
+    std::string ip = "/usr/sbin/ip";
+    if (access(ip.c_str(), X_OK) != 0) ip = "/sbin/ip";
+    w_.prefix[0] = {ip, "netns", "exec", ns_a_};
+    w_.prefix[1] = {ip, "netns", "exec", ns_b_};
+    w_.ifname[0] = "=" + if_a_;
+    w_.ifname[1] = "=" + if_b_;
+  }
+  void TearDown() override {
+    if (made_a_) sh("ip netns del " + ns_a_);  // deletes the veth pair too
+    if (made_b_) sh("ip netns del " + ns_b_);
+  }
+  std::string ns_a_, ns_b_, if_a_, if_b_;
+  bool made_a_ = false, made_b_ = false;
+  Where w_;
+};
+
+TEST_F(FabricNetns, EveryOperationVerified) { every_operation(w_); }
+TEST_F(FabricNetns, KillNineOfThePeer) { kill_peer(w_); }
+TEST_F(FabricNetns, LinkCutEndsInThePeerTimeout) {
+  w_.cut_if = if_b_;
+  auto ps = run_pair(w_, "cut", 60s);
+  expect_ok(ps);
+  // No RST crosses a link that is down: the answer's absence is noticed after
+  // KINET_EMU_PEER_TIMEOUT_MS (a little more: the receiver wakes every 100 ms).
+  expect_lost(ps, "lost: timeout after " + std::to_string(kPeerTimeoutMs) + " ms waiting for a response",
+              kPeerTimeoutMs - 100, kPeerTimeoutMs + 3000);
+}
+
+}  // namespace
