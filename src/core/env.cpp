@@ -43,6 +43,12 @@ constexpr Variable kVariables[] = {
     {"KINET_TEST_SCALE", "100", "percent applied to stress-loop sizes (the sanitizer builds set it lower)", "tests",
      true},
     {"KINET_TEST_THREADS", "8", "posting threads of the shared-queue tests", "tests", true},
+    {"KINET_DOORBELL_MODE", "auto",
+     "doorbell mode of QPs created with QpConfig::doorbell = Auto: auto (uar when the posters reach the doorbell "
+     "page, else cpu with one log line saying why), uar (store to the doorbell register), bf (BlueFlame: copy the "
+     "WQE into the BlueFlame window), cpu (posters write the doorbell record, a CPU thread rings). Another value: "
+     "create_qp throws InvalidArgument; a mode the QP can't have: NotSupported",
+     "emu and mlx5 providers", false},
 };
 
 std::string row(const Variable& v) {
