@@ -136,8 +136,9 @@ struct QpConfig {
   uint64_t timeout_ms = 0;
   // Doorbell mode (dev::QpHandle::db_mode says which one the QP got). Not
   // Auto: that mode or NotSupported; Auto: $KINET_DOORBELL_MODE
-  // (auto|uar|bf|cpu; another value: InvalidArgument), else Uar when the
-  // posters reach the doorbell page, else CpuAssisted with one log line why.
+  // (auto|uar|bf|cpu), else Uar when the posters reach the doorbell page, else
+  // CpuAssisted with one log line why. Any other value of the variable makes
+  // create_qp throw InvalidArgument, whatever this field says.
   Doorbell doorbell = Doorbell::Auto;
 };
 

@@ -37,7 +37,9 @@ KINET_HD void store_dbrec_after_wqes(const QpHandle& q, uint32_t value_be) {
     asm volatile("st.release.gpu.b32 [%0], %1;" ::"l"(rec), "r"(value_be) : "memory");
   else asm volatile("st.release.sys.b32 [%0], %1;" ::"l"(rec), "r"(value_be) : "memory");
 #else
+#if !KINET_ON_DEVICE
   host_dma_barrier();
+#endif
   store_release<Scope::System>(rec, value_be);
 #endif
 }
@@ -71,13 +73,15 @@ KINET_HD void store_doorbell(uint64_t* db, uint64_t word) {
 // reads the head first (release/acquire on the host) and retries a copy that
 // has not fully landed, so kernels pay no extra fence for the order.
 KINET_HD void store_blueflame(uint64_t* bf, const uint8_t* wqe) {
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(wqe);
 #if KINET_ON_DEVICE && (__CUDA_ARCH__ >= 700)
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(wqe);  // a 64-byte aligned ring slot
 #pragma unroll
   for (int i = 1; i < 8; ++i)
     asm volatile("st.mmio.relaxed.sys.global.b64 [%0], %1;" ::"l"(bf + i), "l"(w[i]) : "memory");
   asm volatile("st.mmio.relaxed.sys.global.b64 [%0], %1;" ::"l"(bf), "l"(w[0]) : "memory");
 #else
+  uint64_t w[8];
+  std::memcpy(w, wqe, sizeof w);
   for (int i = 1; i < 8; ++i) store_relaxed<Scope::System>(bf + i, w[i]);
   store_release<Scope::System>(bf, w[0]);
 #if !KINET_ON_DEVICE
