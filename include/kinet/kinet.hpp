@@ -58,6 +58,14 @@ enum class RingPlacement : uint8_t {
 
 enum class Posters : uint8_t { Host, Gpu };
 
+// How posters ring a QP's doorbell (QpConfig::doorbell); see dev::DoorbellMode.
+enum class Doorbell : uint8_t {
+  Auto,         // $KINET_DOORBELL_MODE when set, else Uar when the posters reach the UAR, else CpuAssisted
+  Uar,          // the 8-byte doorbell register (NotSupported if GPU posters can't map it)
+  BlueFlame,    // the WQE copied into the BlueFlame window (NotSupported where there is none)
+  CpuAssisted,  // posters write the doorbell record; a CPU thread of the provider rings
+};
+
 enum class QpState : uint8_t { Reset, Init, Rtr, Rts, Error };
 const char* qp_state_name(QpState s);
 
@@ -136,6 +144,12 @@ struct QpConfig {
   // Bound of device-verb waits; 0 = $KINET_TIMEOUT_MS or 10000. Values past
   // 2^64 ns saturate (UINT64_MAX = practically unbounded).
   uint64_t timeout_ms = 0;
+  // Doorbell mode (dev::QpHandle::db_mode says which one the QP got). Not
+  // Auto: that mode or NotSupported; Auto: $KINET_DOORBELL_MODE
+  // (auto|uar|bf|cpu), else Uar when the posters reach the doorbell page, else
+  // CpuAssisted with one log line why. Any other value of the variable makes
+  // create_qp throw InvalidArgument, whatever this field says.
+  Doorbell doorbell = Doorbell::Auto;
 };
 
 // Every method but qpn(), state() and last_error() throws BadState ("emu0 was

@@ -63,6 +63,12 @@ constexpr Variable kVariables[] = {
      "0 = don't use GDRCopy (libgdrapi.so.2, loaded with dlopen when present) for CPU reads of GPU-memory words; "
      "they then use CUDA copies, as when the library or its gdrdrv module is absent (one debug line says why)",
      "library", false},
+    {"KINET_DOORBELL_MODE", "auto",
+     "doorbell mode of QPs created with QpConfig::doorbell = Auto: auto (uar when the posters reach the doorbell "
+     "page, else cpu with one log line saying why), uar (store to the doorbell register), bf (BlueFlame: copy the "
+     "WQE into the BlueFlame window), cpu (posters write the doorbell record, a CPU thread rings). Another value: "
+     "create_qp throws InvalidArgument; a mode the QP can't have: NotSupported",
+     "emu and mlx5 providers", false},
 };
 
 std::string row(const Variable& v) {

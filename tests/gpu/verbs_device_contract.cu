@@ -54,12 +54,14 @@ struct Ring {
   QpHandle h;
   int out[64];
   Ticket tickets[64];
+  alignas(64) uint64_t bf[8];  // BlueFlame window (db_mode BlueFlame)
 };
 
 Ring* make_ring(uint64_t timeout_ns, uint32_t max_msg = 1u << 30) {
   Ring* r = nullptr;
   CUDA_OK(cudaMallocHost(&r, sizeof(Ring)));
   std::memset(static_cast<void*>(r), 0, sizeof(Ring));
+  r->h.abi = kQpHandleAbi;  // zeroed memory holds no valid handle
   for (auto& c : r->cqes) c.op_own = mlx5::kCqeInitOpOwn;
   r->h.sq = r->sq;
   r->h.dbrec = r->dbrec;
@@ -91,6 +93,8 @@ void complete(Ring* r, uint64_t wqe_idx, uint8_t syndrome = 0) {
       .store(tail, std::memory_order_release);
   ++r->nic_ci;
 }
+
+__global__ void k_post_nop(Ring* r) { r->out[0] = static_cast<int>(nop<Sharing::Exclusive>(r->h, kSignal)); }
 
 template <Sharing S> __global__ void k_wait_nothing(Ring* r) {
   Ticket t;
@@ -237,6 +241,39 @@ int main() {
     CUDA_OK(cudaDeviceSynchronize());
     CHECK(r->out[0] == int(Status::InvalidArgument), "bytes 101 > max_msg 100: %d", r->out[0]);
     CHECK(r->state.reserved == 0, "reserved %llu", (unsigned long long)r->state.reserved);
+    cudaFreeHost(r);
+  }
+  {  // the ABI guard (debug builds): a handle with another abi word is refused and recorded
+    Ring* r = make_ring(1'000'000'000);
+    r->h.abi = kQpHandleAbi + (1u << 16);
+    k_wait_nothing<Sharing::Gpu><<<1, 1>>>(r);
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(r->out[0] == int(Status::InvalidArgument), "bad abi: %d", r->out[0]);
+    CHECK(r->state.local_error == uint8_t(Status::InvalidArgument), "bad abi: local_error %d", r->state.local_error);
+    CHECK(r->state.bad_abi == kQpHandleAbi + (1u << 16), "bad abi recorded as %#x", r->state.bad_abi);
+    CHECK(r->state.reserved == 0 && r->dbrec[1] == 0, "bad abi: something was posted");
+    cudaFreeHost(r);
+  }
+  {  // BlueFlame: the doorbell is the last WQE copied into the window
+    Ring* r = make_ring(1'000'000'000);
+    r->h.db_mode = DoorbellMode::BlueFlame;
+    r->h.db = r->bf;
+    k_post_nop<<<1, 1>>>(r);
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(r->out[0] == int(Status::Ok), "bf nop: %d", r->out[0]);
+    CHECK(std::memcmp(r->bf, r->sq, 64) == 0, "BlueFlame window differs from WQE 0");
+    CHECK(r->db == 0, "BlueFlame mode stored the 8-byte doorbell");
+    CHECK(r->dbrec[1] == htobe32(1), "bf: record %#x", r->dbrec[1]);
+    cudaFreeHost(r);
+  }
+  {  // CpuAssisted: the record only; no doorbell register at all
+    Ring* r = make_ring(1'000'000'000);
+    r->h.db_mode = DoorbellMode::CpuAssisted;
+    r->h.db = nullptr;
+    k_post_nop<<<1, 1>>>(r);
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(r->out[0] == int(Status::Ok), "cpu nop: %d", r->out[0]);
+    CHECK(r->dbrec[1] == htobe32(1), "cpu: record %#x", r->dbrec[1]);
     cudaFreeHost(r);
   }
 #ifndef NDEBUG

@@ -17,6 +17,7 @@
 
 #include "core/env.hpp"
 #include "core/provider.hpp"
+#include "diagnose.hpp"
 #include "kinet/kinet.hpp"
 
 #ifndef KINET_INFO_VERSION
@@ -274,7 +275,8 @@ json can_run(const json& providers, size_t gpus, size_t nics) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Prints the kinet version, its providers, the GPUs and RDMA devices found here (CUDA and\n"
-               "libibverbs are loaded with dlopen) and the environment variables kinet reads.",
+               "libibverbs are loaded with dlopen), the environment variables kinet reads, and whether GDAKI\n"
+               "can run on each GPU-NIC pair (if not: why, and how to fix it).",
                "kinet-info"};
   bool as_json = false, env_only = false, markdown = false;
   app.add_flag("--json", as_json, "the whole report (or, with --env, the variables) as JSON on stdout");
@@ -292,9 +294,17 @@ int main(int argc, char** argv) {
     json r = {{"version", KINET_INFO_VERSION}, {"providers", probe_providers()}, {"cuda", probe_cuda()},
               {"rdma", probe_rdma()}, {"environment", probe_env()}};
     r["can_run"] = can_run(r["providers"], r["cuda"]["gpus"].size(), r["rdma"]["devices"].size());
-    if (as_json) std::printf("%s\n", r.dump(2).c_str());
-    else print_report(r);
-    return 0;
+    // GDAKI per GPU-NIC pair: facts, then the pure decision (diagnose.hpp).
+    const kinet::info::Facts facts = kinet::info::collect_facts();
+    const kinet::info::Diagnosis diag = kinet::info::diagnose(facts);
+    r["gdaki"] = kinet::info::to_json(facts, diag);
+    if (as_json) {
+      std::printf("%s\n", r.dump(2).c_str());
+    } else {
+      print_report(r);
+      std::fputs(kinet::info::to_text(facts, diag).c_str(), stdout);
+    }
+    return 0;  // a machine without a GPU or NIC is a valid answer, not a failure
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kinet-info: %s\n", e.what());
     return 1;

@@ -142,6 +142,42 @@ template <Scope S> KINET_HD void fence_release_only() {
 #endif
 }
 
+// ---- host threads ringing a real NIC: device-memory and write-combining barriers ----
+// The orderings rdma-core's providers use around a doorbell (its
+// util/udma_barrier.h names them udma_to_device_barrier and
+// mmio_wc_start / mmio_flush_writes); one helper per need. They order stores
+// as a DMA device or the PCIe fabric observes them, which C++ atomics do not
+// promise; the atomics around them remain for the threads (and the software
+// NIC) that observe the same memory. Device code never calls them.
+
+// Memory stores before it (WQEs, the doorbell record) are visible to the
+// device's DMA reads before any store after it (an MMIO doorbell) reaches the
+// device. x86-64: stores to write-back memory are already ordered (compiler
+// barrier only); aarch64: `dmb oshst` (outer shareable: the device's domain).
+inline void host_dma_barrier() {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("" ::: "memory");
+#elif defined(__aarch64__)
+  asm volatile("dmb oshst" ::: "memory");
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+// Write-combining boundary, used before a store to a WC-mapped doorbell or
+// BlueFlame window (nothing earlier, including other MMIO, is combined with or
+// overtaken by it) and after it (the WC buffer is flushed towards the device
+// now: no waiting for eviction, no combining with the next ring). x86-64:
+// `sfence`; aarch64: `dsb st`.
+inline void host_wc_barrier() {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("sfence" ::: "memory");
+#elif defined(__aarch64__)
+  asm volatile("dsb st" ::: "memory");
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
 // ---- time, for bounded waits ----
 KINET_HD uint64_t now_ns() {
 #if KINET_ON_DEVICE

@@ -23,6 +23,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kinet/device/platform.cuh"
 #include "kinet/mlx5/wire.hpp"
@@ -97,7 +98,10 @@ struct SqState {
   // QpBroken. Written once (first one wins) by the verb that returns it, so
   // the host can say why a kernel gave up (QueuePair::last_error()).
   uint8_t local_error;
-  uint8_t pad[4];
+  // Debug builds: the abi word of a handle the verbs refused, so the host can
+  // name the mismatch; meaningful when local_error is InvalidArgument (which
+  // only that check records).
+  uint32_t bad_abi;
 };
 static_assert(sizeof(SqState) == 72);
 
@@ -108,12 +112,46 @@ struct CqHandle {
   uint32_t cqn;
 };
 
+// How a QP's posters tell the NIC about new WQEs (QpHandle::db_mode). Chosen
+// per QP by the host (QpConfig::doorbell, $KINET_DOORBELL_MODE); every step
+// before it (reserve, prepare, publish, the doorbell record) is the same.
+enum class DoorbellMode : uint8_t {
+  // The poster writes the 8-byte doorbell word to the doorbell register
+  // (QpHandle::db: the UAR, mapped into the GPU for kernels).
+  Uar = 0,
+  // The poster copies the last announced WQE (64 bytes) into the BlueFlame
+  // window (QpHandle::db, 64 bytes, of a BlueFlame-type UAR): its control
+  // segment head is the doorbell and the NIC may execute the copy without
+  // reading the ring. Bytes 8..63 are stored before the head.
+  BlueFlame = 1,
+  // The poster writes the doorbell record only (system scope); a CPU thread
+  // of the provider watches the record and rings the doorbell register on the
+  // posters' behalf (for GPUs that can't map the UAR). QpHandle::db is unused.
+  CpuAssisted = 2,
+};
+
+// ABI guard of QpHandle: version << 16 | size in bytes. Bump the version
+// whenever a field changes meaning or place; the size catches the rest.
+inline constexpr uint32_t kQpHandleVersion = 2;
+inline constexpr uint32_t kQpHandleBytes = 96;
+inline constexpr uint32_t kQpHandleAbi = kQpHandleVersion << 16 | kQpHandleBytes;
+
 // Trivially copyable device handle of one RC send queue and its CQ. Built by
 // the host (kinet::QueuePair::handle()) and passed to kernels by value.
+// Debug builds (!NDEBUG) of the verbs check `abi` at entry: a handle built for
+// another layout (a kernel compiled against another kinet, a handle from
+// zeroed or foreign memory) gets InvalidArgument, and, when its `state` is
+// set, SqState::local_error = InvalidArgument and SqState::bad_abi = the word
+// found (QueuePair::last_error() names the mismatch). Release builds do not
+// check. prepare_* (void) do not check: reserve, which must come first, does.
 struct QpHandle {
+  uint32_t abi = kQpHandleAbi;  // first: readable whatever the rest of the layout is
+  DoorbellMode db_mode = DoorbellMode::Uar;
+  uint8_t rings_in_gpu_memory;  // selects the fence scope before the doorbell record
+  uint8_t pad0[2];
   uint8_t* sq;          // 2^log_n slots of 64 B
   uint32_t* dbrec;      // doorbell record; [1] = send producer index (BE)
-  uint64_t* db;         // doorbell register (UAR, or the emulator's)
+  uint64_t* db;         // Uar: the doorbell register (UAR, or the emulator's); BlueFlame: the 64-byte window
   SqState* state;
   CqHandle cq;
   uint64_t timeout_ns;  // bound of every wait
@@ -123,11 +161,14 @@ struct QpHandle {
   uint32_t max_msg;     // most bytes one WQE carries, 1..mlx5::kMaxMsgBytes; larger transfers are split.
                         // Outside that range every verb that uses it returns InvalidArgument.
   uint32_t signal_period;  // power of two <= n/2: WQE i always requests a CQE when (i+1) % period == 0
-  uint8_t rings_in_gpu_memory;  // selects the fence scope before the doorbell record
-  uint8_t pad[3];
+  uint8_t pad[4];
 
   KINET_HD uint32_t size() const { return 1u << log_n; }
 };
+static_assert(sizeof(QpHandle) == kQpHandleBytes, "QpHandle changed size: update kQpHandleBytes (and the version)");
+static_assert(std::is_trivially_copyable_v<QpHandle>, "QpHandle is passed to kernels by value");
+static_assert(std::is_standard_layout_v<QpHandle>, "QpHandle is read by offset across compilers");
+static_assert(offsetof(QpHandle, abi) == 0);
 
 // ---------------------------------------------------------------------------
 // Low-level steps. All take the sharing mode as a template parameter; every
@@ -178,7 +219,9 @@ template <Sharing S> KINET_HD void prepare_compare_swap(const QpHandle& q, uint6
 template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, uint32_t n);
 
 // Ensures every published WQE below `upto` has been announced to the NIC:
-// doorbell record, then doorbell word. Any thread may ring for others.
+// doorbell record, then (by q.db_mode) the doorbell word, the BlueFlame copy
+// of the last WQE, or nothing (CpuAssisted: the provider's thread rings).
+// Any thread may ring for others.
 template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t upto);
 
 // Consumes the CQEs that have arrived and advances the completed index.

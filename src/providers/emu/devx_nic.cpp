@@ -132,6 +132,7 @@ Verdict create_qp(DevxNic& dn, const cmd::CreateQp& p, uint32_t* qpn) {
   q->sq = ring;
   q->dbrec = reinterpret_cast<uint32_t*>(rec);
   q->db = uar->second->word;
+  q->db_mode = uar->second->blueflame ? dev::DoorbellMode::BlueFlame : dev::DoorbellMode::Uar;
   q->cqes = cq->second.cqes;
   q->cq_dbrec = cq->second.dbrec;
   std::atomic_ref<uint64_t>(*q->db).store(prm::kNoDoorbell, std::memory_order_release);
@@ -471,11 +472,11 @@ int umem_dereg(mlx5dv_devx_umem* umem) {
 
 mlx5dv_devx_uar* alloc_uar(ibv_context* ctx, uint32_t flags, uint32_t* page_id, void** reg_addr) {
   DevxNic& dn = dn_of(ctx);
-  if (flags > 1) return errno = EINVAL, nullptr;  // BF (0) or NC (1): both are one doorbell word here
+  if (flags > 1) return errno = EINVAL, nullptr;  // BF (0): a BlueFlame window; NC (1): the doorbell word
   try {
     std::lock_guard<std::mutex> g(dn.mu);
     const uint32_t page = dn.next_uar++ & 0xffffffu;
-    auto& u = dn.uars[page] = std::make_unique<Uar>();
+    auto& u = dn.uars[page] = std::make_unique<Uar>(flags == 0);
     *page_id = page;
     *reg_addr = u->word;
     return reinterpret_cast<mlx5dv_devx_uar*>(new UarRef{&dn, page});

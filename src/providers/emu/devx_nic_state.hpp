@@ -25,11 +25,18 @@ struct Umem {
 };
 // The doorbell register of the QP bound to it: pinned host memory, so kernels
 // ring it as they ring a UAR mapped into the GPU.
+// A BlueFlame-type page (MLX5DV_UAR_ALLOC_TYPE_BF) takes 64-byte BlueFlame
+// writes: word[0..7] is the window (dev::DoorbellMode::BlueFlame), checked
+// against the ring; a non-cached one (NC) takes the 8-byte doorbell word.
 struct Uar {
   uint64_t* word = static_cast<uint64_t*>(cuda::alloc_pinned(64));
   uint32_t qpn = 0;    // 0 = unbound
   bool freed = false;  // freed while bound: kept until its QP goes
-  Uar() { *word = prm::kNoDoorbell; }
+  bool blueflame = false;
+  explicit Uar(bool bf) : blueflame(bf) {
+    for (int i = 1; i < 8; ++i) word[i] = 0;
+    *word = prm::kNoDoorbell;
+  }
   Uar(const Uar&) = delete;
   ~Uar() { cuda::free_pinned(word); }
 };

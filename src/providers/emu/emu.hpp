@@ -84,6 +84,9 @@ struct EmuQp {
   // entry point, devx_nic.cpp: UMEM and UAR memory): ~EmuQp frees none of them.
   bool external_rings = false;
   dev::SqState* gpu_state = nullptr;  // posters == Gpu with host rings: the state alone in GPU memory
+  // How posters ring (dev::DoorbellMode). BlueFlame: `db` is a 64-byte window
+  // holding a copy of the last announced WQE, checked against the ring (engine.cpp).
+  dev::DoorbellMode db_mode = dev::DoorbellMode::Uar;
   // Control state.
   std::atomic<QpState> state{QpState::Reset};
   uint32_t remote_access = 0;

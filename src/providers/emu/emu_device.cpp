@@ -1,6 +1,7 @@
 // kinet emu — host control path objects of the software NIC.
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -8,6 +9,7 @@
 #include <system_error>
 
 #include "core/cuda_shim.hpp"
+#include "core/doorbell.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "fabric/remote_fabric.hpp"
@@ -73,6 +75,7 @@ void init_rings(EmuQp& qp) {
   std::memset(qp.dbrec, 0, 8);
   std::memset(qp.cq_dbrec, 0, 8);
   *qp.db = prm::kNoDoorbell;
+  std::memset(qp.db + 1, 0, 56);  // the rest of the BlueFlame window
   std::vector<uint8_t> cq(n * mlx5::kCqeSize, 0);
   for (size_t i = 0; i < n; ++i) cq[i * mlx5::kCqeSize + 63] = mlx5::kCqeInitOpOwn;
   const dev::SqState zero{};
@@ -110,8 +113,12 @@ class EmuMr final : public MemoryRegion {
 
 class EmuQueuePair final : public QueuePair {
  public:
-  explicit EmuQueuePair(std::shared_ptr<EmuQp> qp) : lease_(qp->nic, false, qp->qpn >> 8), qp_(std::move(qp)) {}
+  EmuQueuePair(std::shared_ptr<EmuQp> qp, std::shared_ptr<doorbell::CpuDoorbell> cpu_db)
+      : lease_(qp->nic, false, qp->qpn >> 8), qp_(std::move(qp)), cpu_db_(std::move(cpu_db)) {
+    watch();
+  }
   ~EmuQueuePair() override {
+    unwatch();  // the CPU doorbell thread stops ringing before the QP goes
     Nic& nic = *qp_->nic;
     {
       std::lock_guard<std::mutex> g(nic.qp_mu);
@@ -202,7 +209,9 @@ class EmuQueuePair final : public QueuePair {
     // engine forgets the QP's progress (outstanding WQEs are discarded, as a
     // modify to RESET does) and the rings start over, empty.
     qp_->state.store(QpState::Error, std::memory_order_release);
+    unwatch();  // the CPU doorbell thread must not ring the old counter into the new rings
     qp_->nic->reset_qp(*qp_, [this] { init_rings(*qp_); });
+    watch();
     {
       std::lock_guard<std::mutex> e(qp_->err_mu);
       qp_->last_error.clear();
@@ -234,6 +243,7 @@ class EmuQueuePair final : public QueuePair {
     // The emulator reads the doorbell record from host memory: the fence
     // before it must be system-scope wherever the rings are.
     h.rings_in_gpu_memory = 0;
+    h.db_mode = qp_->db_mode;
     return h;
   }
   std::string last_error() const override {
@@ -243,27 +253,37 @@ class EmuQueuePair final : public QueuePair {
     }
     // No error CQE: a failure the device verbs recorded (e.g. a timeout).
     uint8_t local = 0;
+    uint32_t bad_abi = 0;
     const bool on_gpu = qp_->block_on_gpu || qp_->gpu_state;
     if (on_gpu) {
       try {
         dev::SqState st;
         cuda::copy(&st, qp_->qstate, sizeof st);
         local = st.local_error;
+        bad_abi = st.bad_abi;
       } catch (const Error& e) {
         return std::string("device verbs: can't read the posting state: ") + e.what();
       }
     } else {
       local = std::atomic_ref<uint8_t>(qp_->qstate->local_error).load(std::memory_order_acquire);
+      bad_abi = std::atomic_ref<uint32_t>(qp_->qstate->bad_abi).load(std::memory_order_relaxed);
     }
-    if (local != 0)
-      return std::string("device verbs: ") + status_string(static_cast<Status>(local)) + " (status " +
-             std::to_string(local) + ")";
-    return {};
+    return doorbell::local_error_text(local, bad_abi);
   }
 
  private:
   IdLease lease_;  // destroyed last: the QPN index is free only once the QP left the NIC's table
   std::shared_ptr<EmuQp> qp_;
+  std::shared_ptr<doorbell::CpuDoorbell> cpu_db_;
+  uint64_t watch_id_ = 0;  // CpuAssisted: this QP's entry in the device's CPU doorbell thread
+  void watch() {
+    if (qp_->db_mode == dev::DoorbellMode::CpuAssisted)
+      watch_id_ = cpu_db_->add(qp_->dbrec, qp_->db, kinet::detail::bswap32_constexpr(qp_->qpn << 8));
+  }
+  void unwatch() {
+    if (watch_id_) cpu_db_->remove(watch_id_);
+    watch_id_ = 0;
+  }
   std::string name() const { return qp_->nic->name + " QP " + hex(qp_->qpn); }
   // BadState once the device or the PD is gone.
   void check_alive(const char* op) const {
@@ -288,8 +308,9 @@ class EmuQueuePair final : public QueuePair {
 
 class EmuPd final : public ProtectionDomain {
  public:
-  EmuPd(std::shared_ptr<Nic> nic, uint32_t id)
-      : nic_(std::move(nic)), id_(id), destroyed_(std::make_shared<std::atomic<bool>>(false)) {}
+  EmuPd(std::shared_ptr<Nic> nic, uint32_t id, std::shared_ptr<doorbell::CpuDoorbell> cpu_db)
+      : nic_(std::move(nic)), id_(id), destroyed_(std::make_shared<std::atomic<bool>>(false)),
+        cpu_db_(std::move(cpu_db)) {}
   // What outlives the PD can't reach memory through it: its MRs' keys stop
   // matching (after WQEs already using them finish) and its QPs go to ERROR.
   ~EmuPd() override {
@@ -323,6 +344,7 @@ class EmuPd final : public ProtectionDomain {
   std::shared_ptr<Nic> nic_;
   uint32_t id_;
   std::shared_ptr<std::atomic<bool>> destroyed_;
+  std::shared_ptr<doorbell::CpuDoorbell> cpu_db_;
 
   std::unique_ptr<MemoryRegion> register_range(void* addr, size_t len, uint32_t access) {
     if (nic_->closed.load(std::memory_order_acquire)) closed_error(*nic_, nic_->name, "reg_mr");
@@ -394,6 +416,15 @@ class EmuPd final : public ProtectionDomain {
     const bool gpu = cfg.rings == RingPlacement::Gpu;
     if (gpu && !cuda::available())
       throw Error(ErrorCode::NotSupported, nic_->name + ": create_qp: rings in GPU memory need a GPU");
+    // Every mode works here: the doorbell word and BlueFlame window are pinned
+    // host memory, which kernels reach as they would a UAR mapped into the GPU.
+    doorbell::UarReach reach;
+    reach.gpu_posters = gpu || cfg.posters == Posters::Gpu;
+    const doorbell::Decision dm =
+        doorbell::decide(nic_->name + ": create_qp", cfg.doorbell, std::getenv("KINET_DOORBELL_MODE"),
+                         doorbell::Caps{true, true, true}, reach);
+    if (!dm.note.empty()) KINET_LOG(Warn, "%s", dm.note.c_str());
+    const dev::DoorbellMode db_mode = dm.mode;
 
     auto qp = std::make_shared<EmuQp>();
     qp->nic = nic_;
@@ -418,10 +449,12 @@ class EmuPd final : public ProtectionDomain {
       qp->qstate = qp->gpu_state;
     }
     // Doorbell block, always in pinned host memory: the engine polls it.
-    uint8_t* dbb = static_cast<uint8_t*>(cuda::alloc_pinned(64));
+    // [0] doorbell record, [8] CQ record, [64] doorbell word = head of the 64-byte BlueFlame window.
+    uint8_t* dbb = static_cast<uint8_t*>(cuda::alloc_pinned(128));
     qp->dbrec = reinterpret_cast<uint32_t*>(dbb);
     qp->cq_dbrec = reinterpret_cast<uint32_t*>(dbb + 8);
-    qp->db = reinterpret_cast<uint64_t*>(dbb + 16);
+    qp->db = reinterpret_cast<uint64_t*>(dbb + 64);
+    qp->db_mode = db_mode;
     init_rings(*qp);
     {
       std::lock_guard<std::mutex> g(nic_->qp_mu);
@@ -431,7 +464,7 @@ class EmuPd final : public ProtectionDomain {
     }
     std::unique_ptr<EmuQueuePair> q;
     try {
-      q = std::make_unique<EmuQueuePair>(qp);  // from here its destructor returns the QPN
+      q = std::make_unique<EmuQueuePair>(qp, cpu_db_);  // from here its destructor returns the QPN
     } catch (...) {
       std::lock_guard<std::mutex> g(nic_->qp_mu);
       nic_->qp_ids.release(qp->qpn >> 8);
@@ -450,7 +483,8 @@ class EmuPd final : public ProtectionDomain {
 
 class EmuDevice final : public Device {
  public:
-  explicit EmuDevice(std::shared_ptr<Nic> nic) : nic_(std::move(nic)), mark_{nic_} {
+  explicit EmuDevice(std::shared_ptr<Nic> nic)
+      : nic_(std::move(nic)), cpu_db_(std::make_shared<doorbell::CpuDoorbell>(nic_->name)), mark_{nic_} {
     try {
       nic_->engine = std::thread([n = nic_.get()] { n->run_engine(); });
     } catch (const std::system_error& e) {
@@ -475,12 +509,13 @@ class EmuDevice final : public Device {
   std::unique_ptr<ProtectionDomain> alloc_pd() override {
     return guarded(nic_->name, "alloc_pd",
                    [&]() -> std::unique_ptr<ProtectionDomain> {
-                     return std::make_unique<EmuPd>(nic_, nic_->next_pd.fetch_add(1));
+                     return std::make_unique<EmuPd>(nic_, nic_->next_pd.fetch_add(1), cpu_db_);
                    });
   }
 
  private:
   std::shared_ptr<Nic> nic_;
+  std::shared_ptr<doorbell::CpuDoorbell> cpu_db_;  // rings for CpuAssisted QPs; QPs keep it alive
   // Marks the NIC closed when the device goes (after the destructor's body):
   // PDs, MRs and QPs that outlive it then throw BadState.
   struct CloseMark {

@@ -9,6 +9,7 @@
 
 #include "core/cuda_shim.hpp"
 #include "core/log.hpp"
+#include "providers/emu/blueflame.hpp"
 #include "providers/emu/decode.hpp"
 #include "providers/emu/emu.hpp"
 #include "providers/emu/prm.hpp"
@@ -153,8 +154,10 @@ class QpRunner {
 
   // ---- doorbells ----
   bool take_doorbell() {
-    const uint64_t word = std::atomic_ref<uint64_t>(*qp_.db).exchange(prm::kNoDoorbell, std::memory_order_acq_rel);
+    uint64_t word = std::atomic_ref<uint64_t>(*qp_.db).exchange(prm::kNoDoorbell, std::memory_order_acq_rel);
     if (word == prm::kNoDoorbell) return false;
+    std::string bf_head, bf_copy;  // BlueFlame: the word is the head of a WQE copy (blueflame.hpp)
+    if (qp_.db_mode == dev::DoorbellMode::BlueFlame) word = take_blueflame(qp_, word, &bf_head, &bf_copy);
     uint8_t b[8];
     std::memcpy(b, &word, 8);
     const uint32_t head = rd_be32(b), qpn_ds = rd_be32(b + 4);
@@ -175,7 +178,13 @@ class QpRunner {
     else if (ahead > rec_ahead)
       why = "doorbell announced WQE index " + std::to_string(pi) + " but the doorbell record says " +
             std::to_string(rec);
+    else if (!bf_head.empty())
+      why = bf_head;
     if (why.empty()) {
+      if (!bf_copy.empty() && ahead != 0 && qp_.doorbell_fault_idx == ~0ull) {
+        qp_.doorbell_fault_idx = base + ahead - 1;  // the WQE the copy is of
+        qp_.doorbell_fault = bf_copy;
+      }
       qp_.sq_announced = base + ahead;
       return ahead != 0;
     }

@@ -8,6 +8,9 @@ std::unique_ptr<Device> open_emu_device(std::string_view name, const DeviceOptio
   if (name.substr(0, kPrefix.size()) != kPrefix)
     throw Error(ErrorCode::InvalidArgument, "open: '" + std::string(name) + "' is not an mlx5_emu device name");
   const emu::DevxNicHandle h = emu::open_devx_nic(name.substr(kPrefix.size()), opt);  // "emu" or "emuN"
-  return open_device({h.ctx, std::string(kPrefix) + h.name, devx ? devx : &emu::devx_nic_ops(), &emu::devx_nic_verbs()});
+  Backend b{h.ctx, std::string(kPrefix) + h.name, devx ? devx : &emu::devx_nic_ops(), &emu::devx_nic_verbs()};
+  b.uar_gpu_mappable = true;  // the software NIC's doorbell registers are pinned host memory
+  b.uar_gpu_why.clear();
+  return open_device(b);
 }
 }  // namespace kinet::mlx5

@@ -4,11 +4,13 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
 
 #include "core/cuda_shim.hpp"
+#include "core/doorbell.hpp"
 #include "core/log.hpp"
 #include "kinet/mlx5/wire.hpp"
 
@@ -31,13 +33,15 @@ constexpr uint8_t kRetry = 7, kRnrRetry = 7, kAckTimeout = 14, kMinRnrNak = 12;
 
 // Everything the device's objects share. ctx is closed when the last of them goes.
 struct Shared {
-  explicit Shared(const Backend& b) : be(b), devx(b.ctx, b.name, *b.devx) {}
+  explicit Shared(const Backend& b) : be(b), devx(b.ctx, b.name, *b.devx), cpu_db(b.name) {}
   ~Shared() { be.verbs->close(be.ctx); }
   Shared(const Shared&) = delete;
   Backend be;
   std::mutex mu;  // serialises every call into the tables (Devx is not thread-safe)
   Devx devx;
   std::atomic<bool> closed{false};  // the Device object is gone
+  doorbell::CpuDoorbell cpu_db;     // rings for CpuAssisted QPs
+  std::atomic<bool> noted_cpu_fallback{false};  // Auto's fallback is logged once per device at Warn
   DeviceAttr attr;
   c::HcaCaps caps;
   c::AtomicCaps atomic;
@@ -120,12 +124,14 @@ class Qp final : public QueuePair {
       state_ = static_cast<dev::SqState*>(cuda::alloc_pinned(sizeof(dev::SqState)));
     }
     try {
+      decide_doorbell();
       block_ = static_cast<uint8_t*>(cuda::alloc_pinned(lay_.bytes));
       init_rings();
       std::lock_guard<std::mutex> g(s_->mu);
       Devx& dx = s_->devx;
       umem_ = dx.register_umem(block_, lay_.bytes, kLocalWrite);
-      uar_ = dx.alloc_uar(1);  // non-cached doorbell page
+      // BlueFlame: a BF-type page, whose register is the write-combining window; else non-cached.
+      uar_ = dx.alloc_uar(db_mode_ == dev::DoorbellMode::BlueFlame ? kUarAllocBf : kUarAllocNc);
       c::CreateCq cq;
       cq.log_cq_size = static_cast<uint8_t>(log_n_);
       cq.uar_page = uar_.page_id;
@@ -145,6 +151,7 @@ class Qp final : public QueuePair {
       qp.dbr_addr = lay_.qp_dbr;
       qp.wq_umem_offset = lay_.sq;
       qp_ = dx.create_qp(qp);
+      watch();
     } catch (...) {
       release();
       throw;
@@ -249,8 +256,10 @@ class Qp final : public QueuePair {
   void reset() override {
     s_->check_open(who(), "reset");
     std::lock_guard<std::mutex> g(s_->mu);
+    unwatch();  // the CPU doorbell thread must not ring the old counter into the new rings
     s_->devx.to_rst(qp_);
     init_rings();  // the NIC forgot its progress: the rings start over, empty
+    watch();
   }
   dev::QpHandle handle() const override {
     s_->check_open(who(), "handle");
@@ -271,6 +280,7 @@ class Qp final : public QueuePair {
     h.max_msg = cfg_.max_msg;
     h.signal_period = cfg_.signal_period;
     h.rings_in_gpu_memory = 0;
+    h.db_mode = db_mode_;
     return h;
   }
   std::string last_error() const override {
@@ -286,6 +296,7 @@ class Qp final : public QueuePair {
           st.error_vendor_syndrome = state_->error_vendor_syndrome;
         }
         st.local_error = std::atomic_ref<uint8_t>(state_->local_error).load(std::memory_order_acquire);
+        st.bad_abi = std::atomic_ref<uint32_t>(state_->bad_abi).load(std::memory_order_relaxed);
       }
     } catch (const Error& e) {
       return std::string("device verbs: can't read the posting state: ") + e.what();
@@ -294,10 +305,7 @@ class Qp final : public QueuePair {
       return "WQE " + std::to_string(st.error_wqe) + ": " + status_string(static_cast<Status>(st.error_status)) +
              ", CQE syndrome " + hex(st.error_syndrome) + ", vendor syndrome " + hex(st.error_vendor_syndrome) +
              ", on " + s_->name() + " QP " + hex(qp_.id());
-    if (st.local_error != 0)
-      return std::string("device verbs: ") + status_string(static_cast<Status>(st.local_error)) + " (status " +
-             std::to_string(st.local_error) + ")";
-    return {};
+    return doorbell::local_error_text(st.local_error, st.bad_abi);
   }
 
  private:
@@ -312,8 +320,33 @@ class Qp final : public QueuePair {
   Devx::Umem umem_;
   Devx::Uar uar_;
   Devx::Object cq_, qp_;
+  dev::DoorbellMode db_mode_ = dev::DoorbellMode::Uar;
+  uint64_t watch_id_ = 0;  // CpuAssisted: this QP's entry in the device's CPU doorbell thread
+  static constexpr uint32_t kUarAllocBf = 0, kUarAllocNc = 1;  // MLX5DV_UAR_ALLOC_TYPE_BF / _NC
 
   std::string who() const { return s_->name() + " QP " + hex(qp_.id()); }
+  void decide_doorbell() {
+    doorbell::UarReach reach;
+    reach.gpu_posters = cfg_.posters == Posters::Gpu;
+    reach.gpu_mappable = s_->be.uar_gpu_mappable;
+    reach.why_not = s_->be.uar_gpu_why;
+    const doorbell::Decision d = doorbell::decide(s_->name() + ": create_qp", cfg_.doorbell,
+                                                  std::getenv("KINET_DOORBELL_MODE"),
+                                                  doorbell::Caps{true, true, true}, reach);
+    db_mode_ = d.mode;
+    if (d.note.empty()) return;
+    if (!s_->noted_cpu_fallback.exchange(true)) KINET_LOG(Warn, "%s", d.note.c_str());
+    else KINET_LOG(Debug, "%s", d.note.c_str());
+  }
+  void watch() {
+    if (db_mode_ == dev::DoorbellMode::CpuAssisted)
+      watch_id_ = s_->cpu_db.add(reinterpret_cast<uint32_t*>(block_ + lay_.qp_dbr), static_cast<uint64_t*>(uar_.reg_addr),
+                                 kinet::detail::bswap32_constexpr(qp_.id() << 8));
+  }
+  void unwatch() {
+    if (watch_id_) s_->cpu_db.remove(watch_id_);
+    watch_id_ = 0;
+  }
   // RESET contents: records and posting state zero, every CQE invalid with
   // owner 1 so the first lap (owner 0) is recognised.
   void init_rings() {
@@ -327,6 +360,7 @@ class Qp final : public QueuePair {
     else std::memcpy(state_, &zero, sizeof zero);
   }
   void release() {
+    unwatch();
     {
       std::lock_guard<std::mutex> g(s_->mu);
       qp_.reset();

@@ -12,6 +12,10 @@
 // creates the CQ then the QP with the builders, and moves RST->INIT->RTR->RTS
 // with them (RoCE v2: the peer's GID from QpInfo; InfiniBand: its LID). The
 // handle is the one the device verbs take on every provider.
+// Doorbell modes (QpConfig::doorbell, core/doorbell.hpp): Uar and CpuAssisted
+// use a non-cached UAR (the device's CPU doorbell thread rings CpuAssisted
+// QPs from their doorbell record), BlueFlame a BlueFlame-type UAR whose
+// register is the 64-byte window.
 //
 // Differences from the "emu" provider's contracts (kinet.hpp): a PD lives
 // until its last MR and QP are gone (the device refuses to free a PD in use),
@@ -35,6 +39,14 @@ struct Backend {
   std::string name;  // "mlx5_0", "mlx5_emu0": prefixes every error
   const DevxOps* devx = nullptr;
   const VerbsOps* verbs = nullptr;
+  // Whether kernels reach a UAR's doorbell register: the software NIC's is
+  // pinned host memory (true); on hardware it must be mapped into the GPU
+  // (cudaHostRegister with cudaHostRegisterIoMemory), which this provider does
+  // not do yet (false, with uar_gpu_why saying so). Decides Auto's doorbell
+  // mode for QpConfig::posters == Gpu (core/doorbell.hpp).
+  bool uar_gpu_mappable = false;
+  std::string uar_gpu_why = "mapping the UAR into the GPU (cudaHostRegister with cudaHostRegisterIoMemory) is not "
+                            "implemented by the mlx5 provider yet";
 };
 
 // Takes ownership of b.ctx: it is closed (verbs->close) once the Device and

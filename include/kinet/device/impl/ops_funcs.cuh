@@ -153,6 +153,7 @@ KINET_HD Status post_loop(const QpHandle& q, uint64_t count, uint32_t db_every, 
   constexpr Sharing X = Sharing::Exclusive;
   SqState* s = q.state;
   detail::check_exclusive_owner<X>(q);
+  if (!detail::handle_ok<X>(q)) return Status::InvalidArgument;
   if (count == 0 || db_every == 0 || (db_every & (db_every - 1)) != 0) return Status::InvalidArgument;
   if (s->broken) return detail::fail<X>(q, Status::QpBroken);
   uint64_t r = s->reserved;

@@ -24,30 +24,69 @@ using kinet::detail::bswap64;
 // barrier) are visible to the NIC before the record says they exist. Rings in
 // host memory are read by a CPU engine or over PCIe: system scope. Rings in
 // GPU memory are read by the NIC through the GPU's L2: GPU scope is what the
-// NIC needs there. One release store (cumulative, like the fence it replaces):
-// `fence.acq_rel` + relaxed store would also invalidate the SM's L1 (its
-// acquire half), which nothing here needs and which made every later SqState
-// load an L2 round trip. Host builds use a release store as well.
+// NIC needs there, unless a CPU thread reads the record and rings for us
+// (CpuAssisted): then system scope. One release store (cumulative, like the
+// fence it replaces): `fence.acq_rel` + relaxed store would also invalidate
+// the SM's L1 (its acquire half), which nothing here needs and which made
+// every later SqState load an L2 round trip. Host builds: the DMA barrier a
+// real NIC needs, then a release store.
 KINET_HD void store_dbrec_after_wqes(const QpHandle& q, uint32_t value_be) {
   uint32_t* rec = &q.dbrec[mlx5::kSendDbrIndex];
 #if KINET_ON_DEVICE && (__CUDA_ARCH__ >= 700)
-  if (q.rings_in_gpu_memory) asm volatile("st.release.gpu.b32 [%0], %1;" ::"l"(rec), "r"(value_be) : "memory");
+  if (q.rings_in_gpu_memory && q.db_mode != DoorbellMode::CpuAssisted)
+    asm volatile("st.release.gpu.b32 [%0], %1;" ::"l"(rec), "r"(value_be) : "memory");
   else asm volatile("st.release.sys.b32 [%0], %1;" ::"l"(rec), "r"(value_be) : "memory");
 #else
+#if !KINET_ON_DEVICE
+  host_dma_barrier();
+#endif
   store_release<Scope::System>(rec, value_be);
 #endif
 }
-// The doorbell record is visible before the doorbell word reaches the NIC,
-// which reads the record when the doorbell rings. Only later stores (the
-// doorbell) need ordering: release-only where the target has it.
-KINET_HD void order_dbrec_before_doorbell() { fence_release_only<Scope::System>(); }
+// The doorbell record is visible before the doorbell word (or BlueFlame copy)
+// reaches the NIC, which reads the record when the doorbell rings. Only later
+// stores (the doorbell) need ordering: release-only where the target has it.
+// Host builds: also the write-combining boundary before the MMIO store.
+KINET_HD void order_dbrec_before_doorbell() {
+  fence_release_only<Scope::System>();
+#if !KINET_ON_DEVICE
+  host_wc_barrier();
+#endif
+}
 
-// The doorbell word: one 8-byte MMIO-style store.
+// The doorbell word: one 8-byte MMIO-style store. Host builds: flushed out of
+// the write-combining buffer at once.
 KINET_HD void store_doorbell(uint64_t* db, uint64_t word) {
 #if KINET_ON_DEVICE && (__CUDA_ARCH__ >= 700)
   asm volatile("st.mmio.relaxed.sys.global.b64 [%0], %1;" ::"l"(db), "l"(word) : "memory");
 #else
   store_relaxed<Scope::System>(db, word);
+#if !KINET_ON_DEVICE
+  host_wc_barrier();
+#endif
+#endif
+}
+
+// BlueFlame: the 64 bytes of WQE `wqe` into the window bf, bytes 8..63 first,
+// then the control segment head (bytes 0..7), which the NIC takes as the
+// doorbell. Hardware accepts the 64 bytes in any order; the software NIC
+// reads the head first (release/acquire on the host) and retries a copy that
+// has not fully landed, so kernels pay no extra fence for the order.
+KINET_HD void store_blueflame(uint64_t* bf, const uint8_t* wqe) {
+#if KINET_ON_DEVICE && (__CUDA_ARCH__ >= 700)
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(wqe);  // a 64-byte aligned ring slot
+#pragma unroll
+  for (int i = 1; i < 8; ++i)
+    asm volatile("st.mmio.relaxed.sys.global.b64 [%0], %1;" ::"l"(bf + i), "l"(w[i]) : "memory");
+  asm volatile("st.mmio.relaxed.sys.global.b64 [%0], %1;" ::"l"(bf), "l"(w[0]) : "memory");
+#else
+  uint64_t w[8];
+  std::memcpy(w, wqe, sizeof w);
+  for (int i = 1; i < 8; ++i) store_relaxed<Scope::System>(bf + i, w[i]);
+  store_release<Scope::System>(bf, w[0]);
+#if !KINET_ON_DEVICE
+  host_wc_barrier();
+#endif
 #endif
 }
 
@@ -176,6 +215,24 @@ template <Sharing S> KINET_HD Status fail(const QpHandle& q, Status st) {
   return st;
 }
 
+// Debug builds: the handle has this header's layout (QpHandle::abi). A
+// mismatch is recorded in q.state (bad_abi = the word found, then
+// local_error = InvalidArgument, which nothing else records) when it is set;
+// the verb returns InvalidArgument.
+template <Sharing S> KINET_HD bool handle_ok(const QpHandle& q) {
+#ifndef NDEBUG
+  if (q.abi == kQpHandleAbi) return true;
+  if (q.state) {
+    store_relaxed<Scope::System>(&q.state->bad_abi, q.abi);
+    fail<S>(q, Status::InvalidArgument);  // only this check records InvalidArgument
+  }
+  return false;
+#else
+  (void)q;
+  return true;
+#endif
+}
+
 // A handle's max_msg is usable: 1..kMaxMsgBytes (larger would let a byte
 // count reach the inline flag, bit 31).
 KINET_HD bool max_msg_ok(const QpHandle& q) { return q.max_msg != 0 && q.max_msg <= mlx5::kMaxMsgBytes; }
@@ -205,12 +262,14 @@ struct Deadline {
   KINET_HD bool expired() const { return now_ns() > end; }
 };
 
-// Announces every WQE below ring index pi to the NIC: doorbell record, then
-// doorbell word. Does not touch SqState.
+// Announces every WQE below ring index pi (> 0) to the NIC: doorbell record,
+// then what q.db_mode rings with. Does not touch SqState.
 KINET_HD void ring_at(const QpHandle& q, uint64_t pi) {
   store_dbrec_after_wqes(q, bswap32(static_cast<uint32_t>(pi) & 0xffffu));
+  if (q.db_mode == DoorbellMode::CpuAssisted) return;  // the provider's CPU thread rings from the record
   order_dbrec_before_doorbell();
-  store_doorbell(q.db, mlx5::doorbell_word(static_cast<uint32_t>(pi), q.qpn_be8));
+  if (q.db_mode == DoorbellMode::BlueFlame) store_blueflame(q.db, slot(q, pi - 1));
+  else store_doorbell(q.db, mlx5::doorbell_word(static_cast<uint32_t>(pi), q.qpn_be8));
 }
 
 // Rings for everything published so far. Caller holds the doorbell lock (or owns the QP).
@@ -242,6 +301,7 @@ template <Sharing S> KINET_HD void kick(const QpHandle& q) {
 template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint64_t* first) {
   SqState* s = q.state;
   detail::check_exclusive_owner<S>(q);
+  if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
   if (n == 0 || n > q.size() / 2) return Status::InvalidArgument;
   uint64_t idx;
   if constexpr (S == Sharing::Exclusive) {
@@ -289,6 +349,7 @@ template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint
 template <Sharing S> KINET_HD Status try_reserve(const QpHandle& q, uint32_t n, uint64_t* first) {
   SqState* s = q.state;
   detail::check_exclusive_owner<S>(q);
+  if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
   if (n == 0 || n > q.size() / 2) return Status::InvalidArgument;
   if (detail::ld<S>(&s->broken)) return detail::fail<S>(q, Status::QpBroken);
   for (int polled = 0;;) {
@@ -418,6 +479,7 @@ template <Sharing S> KINET_HD Status ring_upto(const QpHandle& q, uint64_t upto)
 template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, uint32_t n) {
   SqState* s = q.state;
   detail::check_exclusive_owner<S>(q);
+  if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
   if constexpr (S == Sharing::Exclusive) {
     // Periodic CQE requests are known from the range; only a range that
     // closes a period reads `signaled` (kSignal may have raised it further).
@@ -445,6 +507,7 @@ template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, 
 
 template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t upto) {
   detail::check_exclusive_owner<S>(q);
+  if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
   if constexpr (S == Sharing::Exclusive) {
     detail::ring_locked<S>(q);
     return Status::Ok;
@@ -470,6 +533,7 @@ template <Sharing S> KINET_HD Status ring_doorbell(const QpHandle& q, uint64_t u
 template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q) {
   SqState* s = q.state;
   detail::check_exclusive_owner<S>(q);
+  if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
   if constexpr (S != Sharing::Exclusive) {
     if (!try_lock<kScope<S>>(&s->cq_lock)) return Status::Ok;  // another thread is draining
   }
@@ -510,6 +574,7 @@ template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q) {
 
 template <Sharing S> KINET_HD Status test(const QpHandle& q, Ticket t) {
   detail::check_exclusive_owner<S>(q);
+  if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
   if (t.idx == 0) return Status::Ok;
   if (detail::ld<S>(&q.state->completed) < t.idx) {
     poll_cq<S>(q);
@@ -521,6 +586,7 @@ template <Sharing S> KINET_HD Status test(const QpHandle& q, Ticket t) {
 template <Sharing S> KINET_HD Status wait(const QpHandle& q, Ticket t) {
   SqState* s = q.state;
   detail::check_exclusive_owner<S>(q);
+  if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
   if (t.idx == 0) return Status::Ok;
   if (detail::ld<S>(&s->completed) >= t.idx) return detail::completed_status<S>(q, t);
   uint64_t sig = (S == Sharing::Exclusive) ? s->signaled : load_relaxed<kScope<S>>(&s->signaled);
