@@ -144,6 +144,13 @@ void RemotePeer::fail(const std::string& why) {
   }
 }
 
+void RemotePeer::recycle(std::vector<uint8_t>&& frame) {
+  constexpr size_t kMaxSpare = 8;  // a few frames of at most kMaxFrame each
+  if (frame.capacity() == 0) return;
+  std::lock_guard<std::mutex> g(mu_);
+  if (spare_.size() < kMaxSpare) spare_.push_back(std::move(frame));
+}
+
 void RemotePeer::receive() {
   std::vector<uint8_t> buf;
   const auto bound = std::chrono::milliseconds(timeout_ms_);
@@ -152,6 +159,10 @@ void RemotePeer::receive() {
     auto deadline = now + 100ms;
     {
       std::unique_lock<std::mutex> g(mu_);
+      if (buf.capacity() == 0 && !spare_.empty()) {  // the last frame went to a Call
+        buf.swap(spare_.back());
+        spare_.pop_back();
+      }
       if (!pending_.empty()) {
         const auto due = pending_.begin()->second->sent + bound;
         if (due <= now) {

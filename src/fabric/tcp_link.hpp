@@ -41,6 +41,12 @@ class TcpLink final : public Link {
   std::vector<uint8_t> rx_;
   size_t rx_got_ = 0;
   size_t rx_need_ = kHeaderBytes;  // kHeaderBytes until the header is in, then the whole frame
+  // Read-ahead: one recv(2) takes what the socket holds (up to kReadAhead),
+  // so small frames cost no syscall of their own; a frame's rest of at least
+  // kReadAhead bytes is read straight into rx_ (no extra copy).
+  static constexpr size_t kReadAhead = 64 * 1024;
+  std::vector<uint8_t> ra_;
+  size_t ra_pos_ = 0, ra_end_ = 0;
 
   [[noreturn]] void lost(const std::string& why);
   [[noreturn]] void timeout(Clock::time_point start, const char* what);
