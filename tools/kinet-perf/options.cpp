@@ -149,8 +149,10 @@ Options parse_options(int argc, char** argv) {
   auto* o_client = app.add_option("--client", o.client_of,
                                   "cross-process: run the tests against the --server at HOST[:PORT] (numeric "
                                   "IPv4, [IPv6] or a host name)");
-  auto* o_port = app.add_option("--port", o.port, "cross-process: the server's control port (default 18515)")
-                     ->check(CLI::Range(1, 65535));
+  auto* o_port = app.add_option("--port", o.port,
+                                "cross-process: the server's control port (default 18515; 0 with --server: any free "
+                                "port, printed)")
+                     ->check(CLI::Range(0, 65535));
   bool no_baseline = false;
   app.add_flag("--no-baseline", no_baseline, "cross-process: skip the plain TCP baseline runs");
   try {
@@ -165,6 +167,7 @@ Options parse_options(int argc, char** argv) {
   if (o_client->count() && o.client_of.empty()) usage_error(argv0, "--client: empty address");
   const bool xproc = o.server || !o.client_of.empty();
   if (o_port->count() && !xproc) usage_error(argv0, "--port needs --server or --client");
+  if (o.port == 0 && !o.server) usage_error(argv0, "--port 0 (any free port) is for --server");
   if (no_baseline && !xproc) usage_error(argv0, "--no-baseline needs --client");
   if (xproc && o.gpu) usage_error(argv0, "--gpu runs in one process (not with --server/--client)");
   if (o.server && (o_test->count() || o_size->count() || o_sweep->count() || o.demo || no_baseline))

@@ -281,6 +281,15 @@ class Waiter {
   uint64_t spins_;
 };
 
+// How long the server may wait for the client to finish one run: each of its
+// operations is bounded by the timeout, so (iterations + 1) x timeout bounds
+// the whole (capped at a day).
+std::chrono::milliseconds run_bound(const TestCase& tc, uint64_t timeout_ns) {
+  const uint64_t ms = std::max<uint64_t>(timeout_ns / 1000000, 1);
+  const uint64_t n = tc.warmup + tc.iters + 1;
+  return std::chrono::milliseconds(n > 86400000ull / ms ? 86400000ull : n * ms);
+}
+
 TestCase to_case(const WireCase& w) {
   TestCase tc;
   tc.kind = static_cast<TestKind>(w.kind);
@@ -473,7 +482,7 @@ std::string server_kinet(Side& s, Ctl& ctl, const WirePlan& plan, uint32_t ci, c
       err = e.what();
     }
   }
-  const std::vector<uint8_t> b = ctl.recv(Msg::Verify);
+  const std::vector<uint8_t> b = ctl.recv(Msg::Verify, run_bound(tc, s.timeout_ns));
   uint64_t v[2];
   if (b.size() != sizeof v) throw PerfError("control: malformed Verify");
   std::memcpy(v, b.data(), sizeof v);
@@ -626,17 +635,18 @@ int run_server(const Options& o) {
     a6->sin6_addr = in6addr_any;
     any.len = sizeof(sockaddr_in6);
     bs::Fd lfd;
+    bs::SockAddr bound;
     try {
-      lfd = bs::listen_on(any, o.port, nullptr);  // [::] takes IPv4 clients too
+      lfd = bs::listen_on(any, o.port, &bound);  // [::] takes IPv4 clients too
     } catch (const Error&) {
       bs::SockAddr a4;
       auto* s4 = reinterpret_cast<sockaddr_in*>(&a4.ss);
       s4->sin_family = AF_INET;
       s4->sin_addr.s_addr = htonl(INADDR_ANY);
       a4.len = sizeof(sockaddr_in);
-      lfd = bs::listen_on(a4, o.port, nullptr);
+      lfd = bs::listen_on(a4, o.port, &bound);
     }
-    std::printf("kinet-perf server: waiting for a client on port %u\n", unsigned(o.port));
+    std::printf("kinet-perf server: waiting for a client on port %u\n", unsigned(bound.port()));
     std::fflush(stdout);
     const auto d = Clock::now() + kAcceptWait;
     const uint64_t tmo = o.timeout_ms ? o.timeout_ms : default_timeout_ms();
