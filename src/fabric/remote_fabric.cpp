@@ -362,8 +362,17 @@ void RemoteFabric::serve(Inbound& in) {
     who += " (" + h.name + ")";
     KINET_LOG(Debug, "emu fabric: requester %s connected", who.c_str());
     std::vector<uint8_t> buf, out, scratch;
+    // Responses are batched: while the requester's next Request is already
+    // here, it is answered before anything is sent, and one send(2) carries
+    // every answer so far (at most kBatchBytes of them).
+    constexpr size_t kBatchBytes = 256 * 1024;
     for (;;) {
-      if (!link.recv(buf, Clock::now() + 1s)) continue;  // idle: a requester may rest
+      bool have = !out.empty() && out.size() < kBatchBytes && link.recv(buf, Clock::now());
+      if (!have && !out.empty()) {
+        link.send(out.data(), out.size(), Clock::now() + bound);
+        out.clear();
+      }
+      if (!have && !link.recv(buf, Clock::now() + 1s)) continue;  // idle: a requester may rest
       fabric::Frame f;
       std::string why;
       if (!fabric::decode(buf.data(), buf.size(), &f, &why))
@@ -407,9 +416,7 @@ void RemoteFabric::serve(Inbound& in) {
           r.payload = scratch.data();
         }
       }
-      out.clear();
-      fabric::encode(r, out);
-      link.send(out.data(), out.size(), Clock::now() + bound);
+      fabric::encode(r, out);  // appended; sent when no Request waits
     }
   } catch (const std::exception& e) {
     // The requester died, closed, or spoke garbage: what it still had in
