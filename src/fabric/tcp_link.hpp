@@ -31,6 +31,9 @@ class TcpLink final : public Link {
   // shutdown(2) of both directions: wakes a send or recv blocked in poll.
   void close() override;
   const std::string& peer_name() const override { return peer_; }
+  // True when bytes of a next frame were already read ahead (no syscall):
+  // a receiver may then take that frame before doing anything else.
+  bool buffered() const { return ra_pos_ < ra_end_; }
 
  private:
   bs::Fd fd_;
