@@ -43,6 +43,14 @@ std::string temp_json() {
 }
 
 TEST(KinetPerfXproc, LoopbackRunReportsKinetBesideTcp) {
+#if defined(__SANITIZE_THREAD__)
+  // The benchmark polls its buffers while the NIC's threads copy into them
+  // (as a CPU polls memory a NIC DMAs into); what orders them travels through
+  // the other process, which ThreadSanitizer can't see: it reports races in
+  // the benchmark's buffers. The fabric's own threads are covered by the
+  // fabric tests under TSan.
+  GTEST_SKIP() << "kinet-perf's polled buffers are ordered through the peer process (invisible to TSan)";
+#endif
   Proc server = kinet::test::spawn({KINET_PERF, "--server", "--port", "0", "--timeout-ms", "20000"},
                                    {"KINET_SOCKET_IFNAME==lo"});
   ASSERT_GT(server.pid, 0) << "cannot start " << KINET_PERF;
