@@ -144,6 +144,13 @@ void RemotePeer::fail(const std::string& why) {
   }
 }
 
+void RemotePeer::recycle(std::vector<uint8_t>&& frame) {
+  constexpr size_t kMaxSpare = 8;  // a few frames of at most kMaxFrame each
+  if (frame.capacity() == 0) return;
+  std::lock_guard<std::mutex> g(mu_);
+  if (spare_.size() < kMaxSpare) spare_.push_back(std::move(frame));
+}
+
 void RemotePeer::receive() {
   std::vector<uint8_t> buf;
   const auto bound = std::chrono::milliseconds(timeout_ms_);
@@ -152,6 +159,10 @@ void RemotePeer::receive() {
     auto deadline = now + 100ms;
     {
       std::unique_lock<std::mutex> g(mu_);
+      if (buf.capacity() == 0 && !spare_.empty()) {  // the last frame went to a Call
+        buf.swap(spare_.back());
+        spare_.pop_back();
+      }
       if (!pending_.empty()) {
         const auto due = pending_.begin()->second->sent + bound;
         if (due <= now) {
@@ -351,8 +362,19 @@ void RemoteFabric::serve(Inbound& in) {
     who += " (" + h.name + ")";
     KINET_LOG(Debug, "emu fabric: requester %s connected", who.c_str());
     std::vector<uint8_t> buf, out, scratch;
+    // Responses are batched: while the requester's next Request is already
+    // read ahead, it is answered before anything is sent, and one send(2)
+    // carries every answer so far (at most kBatchBytes of them). Nothing read
+    // ahead: the answers go now (no syscall spent looking).
+    constexpr size_t kBatchBytes = 256 * 1024;
     for (;;) {
-      if (!link.recv(buf, Clock::now() + 1s)) continue;  // idle: a requester may rest
+      const bool have =
+          !out.empty() && out.size() < kBatchBytes && in.link->buffered() && link.recv(buf, Clock::now());
+      if (!have && !out.empty()) {
+        link.send(out.data(), out.size(), Clock::now() + bound);
+        out.clear();
+      }
+      if (!have && !link.recv(buf, Clock::now() + 1s)) continue;  // idle: a requester may rest
       fabric::Frame f;
       std::string why;
       if (!fabric::decode(buf.data(), buf.size(), &f, &why))
@@ -396,9 +418,7 @@ void RemoteFabric::serve(Inbound& in) {
           r.payload = scratch.data();
         }
       }
-      out.clear();
-      fabric::encode(r, out);
-      link.send(out.data(), out.size(), Clock::now() + bound);
+      fabric::encode(r, out);  // appended; sent when no Request waits
     }
   } catch (const std::exception& e) {
     // The requester died, closed, or spoke garbage: what it still had in

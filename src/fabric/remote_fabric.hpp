@@ -69,6 +69,9 @@ class RemotePeer {
   bool lost() const { return lost_.load(std::memory_order_acquire); }
   // Loses the peer (if not yet): pending Calls complete lost with `why`.
   void fail(const std::string& why);
+  // Hands a taken Response's frame buffer back, so the receiver reuses it
+  // instead of allocating (and faulting in) a new one per READ answer.
+  void recycle(std::vector<uint8_t>&& frame);
 
  private:
   std::unique_ptr<fabric::Link> link_;
@@ -81,6 +84,7 @@ class RemotePeer {
   std::mutex mu_;  // guards pending_ and why_
   std::map<uint64_t, std::shared_ptr<Call>> pending_;  // by seq: the oldest first
   std::string why_;
+  std::vector<std::vector<uint8_t>> spare_;  // recycled frame buffers (guarded by mu_)
   std::atomic<bool> stop_{false};
   std::thread rx_;
   void receive();

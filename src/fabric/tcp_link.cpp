@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -126,16 +127,33 @@ bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
       if (rx_got_ == rx_need_) {  // whole frame
         rx_.resize(rx_got_);
         out.swap(rx_);
-        rx_.clear();
+        // rx_ is now the caller's old buffer: keep its size, so that growing
+        // it for the next frame zero-fills only what it lacks.
         rx_got_ = 0;
         rx_need_ = kHeaderBytes;
         return true;
       }
     }
     if (rx_.size() < rx_need_) rx_.resize(rx_need_);
-    const ssize_t k = ::recv(fd_.get(), rx_.data() + rx_got_, rx_need_ - rx_got_, 0);
+    const size_t want = rx_need_ - rx_got_;
+    if (ra_pos_ < ra_end_) {  // bytes already read ahead
+      const size_t k = std::min(want, ra_end_ - ra_pos_);
+      std::memcpy(rx_.data() + rx_got_, ra_.data() + ra_pos_, k);
+      rx_got_ += k;
+      ra_pos_ += k;
+      continue;
+    }
+    const bool direct = want >= kReadAhead;
+    if (!direct && ra_.size() < kReadAhead) ra_.resize(kReadAhead);
+    const ssize_t k = direct ? ::recv(fd_.get(), rx_.data() + rx_got_, want, 0)
+                             : ::recv(fd_.get(), ra_.data(), kReadAhead, 0);
     if (k > 0) {
-      rx_got_ += static_cast<size_t>(k);
+      if (direct) {
+        rx_got_ += static_cast<size_t>(k);
+      } else {
+        ra_pos_ = 0;
+        ra_end_ = static_cast<size_t>(k);
+      }
       continue;
     }
     if (k == 0) lost(closed_.load() ? "the link was closed" : "the peer closed the connection");

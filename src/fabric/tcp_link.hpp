@@ -31,6 +31,9 @@ class TcpLink final : public Link {
   // shutdown(2) of both directions: wakes a send or recv blocked in poll.
   void close() override;
   const std::string& peer_name() const override { return peer_; }
+  // True when bytes of a next frame were already read ahead (no syscall):
+  // a receiver may then take that frame before doing anything else.
+  bool buffered() const { return ra_pos_ < ra_end_; }
 
  private:
   bs::Fd fd_;
@@ -41,6 +44,12 @@ class TcpLink final : public Link {
   std::vector<uint8_t> rx_;
   size_t rx_got_ = 0;
   size_t rx_need_ = kHeaderBytes;  // kHeaderBytes until the header is in, then the whole frame
+  // Read-ahead: one recv(2) takes what the socket holds (up to kReadAhead),
+  // so small frames cost no syscall of their own; a frame's rest of at least
+  // kReadAhead bytes is read straight into rx_ (no extra copy).
+  static constexpr size_t kReadAhead = 64 * 1024;
+  std::vector<uint8_t> ra_;
+  size_t ra_pos_ = 0, ra_end_ = 0;
 
   [[noreturn]] void lost(const std::string& why);
   [[noreturn]] void timeout(Clock::time_point start, const char* what);

@@ -21,6 +21,7 @@
 #include "report.hpp"
 #include "runner.hpp"
 #include "testbed.hpp"
+#include "xproc.hpp"
 
 #ifndef KINET_PERF_VERSION
 #define KINET_PERF_VERSION "unknown"
@@ -57,10 +58,37 @@ uint64_t warmup_for(const kp::Options& o, const kp::TestCase& tc) {
   return std::min<uint64_t>(tc.iters, std::max<uint64_t>(tc.iters / 10, 2ull * tc.tx_depth * tc.qps));
 }
 
+// Every case of the run, in order, as the options choose them.
+std::vector<kp::TestCase> plan_cases(const kp::Options& opt, kp::LatMode lat_mode) {
+  std::vector<kp::TestCase> cases;
+  for (kp::TestKind k : opt.tests) {
+    for (size_t size : sizes_for(opt, k)) {
+      kp::TestCase tc;
+      tc.kind = k;
+      tc.size = size;
+      tc.iters = iters_for(opt, k, size);
+      tc.qps = kp::is_latency(k) ? 1 : opt.qps;
+      tc.tx_depth = kp::is_latency(k) ? 1 : opt.tx_depth;
+      tc.signal_every = kp::is_latency(k) ? 1 : (opt.signal_every ? opt.signal_every : std::max(1u, opt.tx_depth / 4));
+      tc.warmup = warmup_for(opt, tc);
+      tc.use_inline = k == kp::TestKind::WriteLat && opt.inline_small && size <= kinet::mlx5::kMaxInlineOneBB;
+      tc.lat_mode = lat_mode;
+      cases.push_back(tc);
+    }
+  }
+  return cases;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const kp::Options opt = kp::parse_options(argc, argv);
+  if (opt.server) return kp::run_server(opt);
+  if (!opt.client_of.empty()) {
+    kp::Progress progress(opt.progress || isatty(STDERR_FILENO));
+    const uint64_t seed = opt.seed ? opt.seed : (uint64_t(std::random_device{}()) | 1);
+    return kp::run_client(opt, plan_cases(opt, kp::LatMode::TwoThreads), seed, kp::machine_info(), progress);
+  }
   kp::GpuSetup gpu;
   if (opt.gpu) {
     if (const int rc = kp::gpu_prepare(&gpu); rc != 0) return rc;  // 77: no CUDA GPU; 2: no GPU runner built
@@ -134,32 +162,21 @@ int main(int argc, char** argv) {
     info.runner = runner->name();
     info.timeout_ms = tb.timeout_ns() / 1000000;
 
-    for (kp::TestKind k : opt.tests) {
-      bool header = false;
-      for (size_t size : sizes_for(opt, k)) {
-        kp::TestCase tc;
-        tc.kind = k;
-        tc.size = size;
-        tc.iters = iters_for(opt, k, size);
-        tc.qps = kp::is_latency(k) ? 1 : opt.qps;
-        tc.tx_depth = kp::is_latency(k) ? 1 : opt.tx_depth;
-        tc.signal_every = kp::is_latency(k) ? 1 : (opt.signal_every ? opt.signal_every : std::max(1u, opt.tx_depth / 4));
-        tc.warmup = warmup_for(opt, tc);
-        tc.use_inline = k == kp::TestKind::WriteLat && opt.inline_small && size <= kinet::mlx5::kMaxInlineOneBB;
-        tc.lat_mode = lat_mode;
-        if (!header) {
-          kp::TestCase shown = tc;
-          shown.use_inline = k == kp::TestKind::WriteLat && opt.inline_small;
-          kp::print_header(info, shown, runner->describe(tc));
-          header = true;
-        }
-        kp::Result r = runner->run(tc, progress);
-        progress.clear();
-        kp::print_row(r);
-        results.push_back(std::move(r));
+    const std::vector<kp::TestCase> cases = plan_cases(opt, lat_mode);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const kp::TestCase& tc = cases[i];
+      if (i == 0 || cases[i - 1].kind != tc.kind) {
+        if (i) kp::print_footer();
+        kp::TestCase shown = tc;
+        shown.use_inline = tc.kind == kp::TestKind::WriteLat && opt.inline_small;
+        kp::print_header(info, shown, runner->describe(tc));
       }
-      kp::print_footer();
+      kp::Result r = runner->run(tc, progress);
+      progress.clear();
+      kp::print_row(r);
+      results.push_back(std::move(r));
     }
+    if (!cases.empty()) kp::print_footer();
   } catch (const kinet::Error& e) {
     error = std::string(e.what()) + " (" + kinet::error_code_name(e.code()) + ")";
   } catch (const kp::PerfError& e) {

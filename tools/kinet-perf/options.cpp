@@ -37,7 +37,21 @@ constexpr const char* kHelpFooter =
     "Bandwidth is MB/sec with MB = 2^20 bytes (as perftest), message rate in Mpps.\n"
     "Exit status: 0 on success, 1 when an operation fails, times out or data does not\n"
     "verify, 2 on bad usage (or --gpu in a build without CUDA), 77 when --gpu finds no\n"
-    "CUDA GPU (skipped).";
+    "CUDA GPU (skipped).\n"
+    "\n"
+    "Between two processes (or hosts, or network namespaces), perftest style:\n"
+    "  kinet-perf --server [--port P]              waits (up to 120 s) for one client\n"
+    "  kinet-perf --client HOST[:P] [test options] runs the tests against it\n"
+    "Each side opens a software NIC on the cross-process fabric (TCP; the\n"
+    "interface is chosen by KINET_SOCKET_IFNAME, as for the bootstrap); the\n"
+    "client's test options rule both sides. Before each kinet run the same pair\n"
+    "of processes runs a plain TCP baseline of the same size over a socket set up\n"
+    "as kinet's TCP link sets up its own (ping-pong for write_lat and atomic_lat,\n"
+    "a one-way stream for write_bw and read_bw); the table shows kinet / TCP\n"
+    "(goal: latency <= 1.3x, bandwidth >= 0.8x). Two network namespaces:\n"
+    "  ip netns exec ns1 kinet-perf --server &\n"
+    "  ip netns exec ns2 kinet-perf --client 10.99.0.1 --sweep --max-size 1M\n"
+    "(bench/xproc/run.sh builds the namespaces and runs both, then loopback).";
 
 [[noreturn]] void usage_error(const char* argv0, const std::string& msg) {
   std::fprintf(stderr, "%s: %s\n(try --help)\n", argv0, msg.c_str());
@@ -130,6 +144,17 @@ Options parse_options(int argc, char** argv) {
       ->check([](const std::string& v) { return v.empty() ? std::string("empty file name") : std::string(); });
   app.add_flag("--progress", o.progress, "progress line on stderr even when stderr is not a terminal");
   app.add_option("--seed", o.seed, "seed of the payload bytes (default: random)");
+  auto* o_server = app.add_flag("--server", o.server,
+                                "cross-process: wait for one --client on --port, run its tests, exit");
+  auto* o_client = app.add_option("--client", o.client_of,
+                                  "cross-process: run the tests against the --server at HOST[:PORT] (numeric "
+                                  "IPv4, [IPv6] or a host name)");
+  auto* o_port = app.add_option("--port", o.port,
+                                "cross-process: the server's control port (default 18515; 0 with --server: any free "
+                                "port, printed)")
+                     ->check(CLI::Range(0, 65535));
+  bool no_baseline = false;
+  app.add_flag("--no-baseline", no_baseline, "cross-process: skip the plain TCP baseline runs");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -137,6 +162,16 @@ Options parse_options(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     usage_error(argv0, e.what());
   }
+  o.baseline = !no_baseline;
+  if (o_server->count() && o_client->count()) usage_error(argv0, "--server and --client exclude each other");
+  if (o_client->count() && o.client_of.empty()) usage_error(argv0, "--client: empty address");
+  const bool xproc = o.server || !o.client_of.empty();
+  if (o_port->count() && !xproc) usage_error(argv0, "--port needs --server or --client");
+  if (o.port == 0 && !o.server) usage_error(argv0, "--port 0 (any free port) is for --server");
+  if (no_baseline && !xproc) usage_error(argv0, "--no-baseline needs --client");
+  if (xproc && o.gpu) usage_error(argv0, "--gpu runs in one process (not with --server/--client)");
+  if (o.server && (o_test->count() || o_size->count() || o_sweep->count() || o.demo || no_baseline))
+    usage_error(argv0, "--server takes its tests from the client: give test options to --client");
   if (o_warmup->count()) o.warmup = static_cast<int64_t>(warmup);
   o.inline_small = !no_inline;
   if (lat_mode == "threads") o.lat_mode = LatMode::TwoThreads;

@@ -39,6 +39,13 @@ struct Options {
   uint32_t gpu_threads = 1;       // --gpu-threads: bw tests, threads of one warp/CTA posting together
   uint64_t timeout_ms = 0;        // 0 = library default ($KINET_TIMEOUT_MS or 10 s)
   uint64_t seed = 0;              // 0 = random
+  // Cross-process mode (xproc.hpp): --server waits for one client; --client
+  // HOST[:PORT] runs the tests against it through the cross-process software
+  // NIC over TCP, each with a plain TCP baseline unless --no-baseline.
+  bool server = false;
+  std::string client_of;          // HOST[:PORT] given to --client; empty = not a client
+  uint16_t port = 18515;          // --port: the server's control port (as perftest's default)
+  bool baseline = true;
   std::string command_line;       // as typed, for the JSON report
 };
 

@@ -153,8 +153,7 @@ nlohmann::ordered_json num(double v) {
 
 }  // namespace
 
-bool write_json(const std::string& path, const RunInfo& info, const MachineInfo& m,
-                const std::vector<Result>& results, const std::string& error) {
+nlohmann::ordered_json json_head(const RunInfo& info, const MachineInfo& m, const std::string& error) {
   using json = nlohmann::ordered_json;  // keys in the order written
   json j;
   j["tool"] = "kinet-perf";
@@ -172,45 +171,57 @@ bool write_json(const std::string& path, const RunInfo& info, const MachineInfo&
   j["config"] = {{"runner", info.runner},   {"lat_mode", info.lat_mode},     {"pinning", info.pinning},
                  {"sq_depth", info.sq_depth}, {"timeout_ms", info.timeout_ms}, {"seed", info.seed},
                  {"mb_bytes", 1048576}};
-  json rs = json::array();
-  for (const Result& r : results) {
-    const TestCase& tc = r.tc;
-    json x = {{"test", test_name(tc.kind)}, {"size", tc.size}, {"iterations", tc.iters}, {"warmup", tc.warmup}};
-    if (is_latency(tc.kind)) {
-      const LatStats s = lat_stats(r.lat_us);
-      x["half_round_trip"] = r.half_round_trip;
-      if (tc.kind == TestKind::WriteLat) {
-        x["inline"] = tc.use_inline;
-        x["lat_mode"] = lat_mode_name(tc.lat_mode);
-      }
-      x["t_min_usec"] = num(s.min);
-      x["t_max_usec"] = num(s.max);
-      x["t_typical_usec"] = num(s.typical);
-      x["t_avg_usec"] = num(s.avg);
-      x["t_stdev_usec"] = num(s.stdev);
-      x["p99_usec"] = num(s.p99);
-      x["p99_9_usec"] = num(s.p999);
-    } else {
-      const BwStats b = bw_stats(r);
-      x["qps"] = tc.qps;
-      x["tx_depth"] = tc.tx_depth;
-      x["signal_every"] = tc.signal_every;
-      x["seconds"] = num(r.seconds);
-      x["bytes"] = r.bytes;
-      x["bw_MB_per_s"] = num(b.mb_per_s);
-      x["bw_Gbit_per_s"] = num(b.gbit_per_s);
-      x["msg_rate_Mmsg_per_s"] = num(b.mmsg_per_s);
-    }
-    x["verified"] = r.verified;
-    rs.push_back(std::move(x));
-  }
-  j["results"] = std::move(rs);
+  return j;
+}
 
+nlohmann::ordered_json json_result(const Result& r) {
+  using json = nlohmann::ordered_json;
+  const TestCase& tc = r.tc;
+  json x = {{"test", test_name(tc.kind)}, {"size", tc.size}, {"iterations", tc.iters}, {"warmup", tc.warmup}};
+  if (is_latency(tc.kind)) {
+    const LatStats s = lat_stats(r.lat_us);
+    x["half_round_trip"] = r.half_round_trip;
+    if (tc.kind == TestKind::WriteLat) {
+      x["inline"] = tc.use_inline;
+      x["lat_mode"] = lat_mode_name(tc.lat_mode);
+    }
+    x["t_min_usec"] = num(s.min);
+    x["t_max_usec"] = num(s.max);
+    x["t_typical_usec"] = num(s.typical);
+    x["t_avg_usec"] = num(s.avg);
+    x["t_stdev_usec"] = num(s.stdev);
+    x["p99_usec"] = num(s.p99);
+    x["p99_9_usec"] = num(s.p999);
+  } else {
+    const BwStats b = bw_stats(r);
+    x["qps"] = tc.qps;
+    x["tx_depth"] = tc.tx_depth;
+    x["signal_every"] = tc.signal_every;
+    x["seconds"] = num(r.seconds);
+    x["bytes"] = r.bytes;
+    x["bw_MB_per_s"] = num(b.mb_per_s);
+    x["bw_Gbit_per_s"] = num(b.gbit_per_s);
+    x["msg_rate_Mmsg_per_s"] = num(b.mmsg_per_s);
+  }
+  x["verified"] = r.verified;
+  return x;
+}
+
+bool write_json_file(const std::string& path, const nlohmann::ordered_json& j) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) return false;
   f << j.dump(2) << '\n';
   f.close();
   return static_cast<bool>(f);
+}
+
+bool write_json(const std::string& path, const RunInfo& info, const MachineInfo& m,
+                const std::vector<Result>& results, const std::string& error) {
+  nlohmann::ordered_json j = json_head(info, m, error);
+  nlohmann::ordered_json rs = nlohmann::ordered_json::array();
+  for (const Result& r : results) rs.push_back(json_result(r));
+  j["results"] = std::move(rs);
+  return write_json_file(path, j);
 }
 
 }  // namespace kinet::perf

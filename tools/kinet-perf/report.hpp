@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "runner.hpp"
 
 namespace kinet::perf {
@@ -54,5 +56,12 @@ void print_footer();
 // Writes the JSON report. error: empty when the run succeeded.
 bool write_json(const std::string& path, const RunInfo& info, const MachineInfo& m,
                 const std::vector<Result>& results, const std::string& error);
+
+// The pieces of that report, for reports of another shape (cross-process):
+// everything up to "results" (tool, version, command line, time, status,
+// machine, provider, config), one result's object, and the file write.
+nlohmann::ordered_json json_head(const RunInfo& info, const MachineInfo& m, const std::string& error);
+nlohmann::ordered_json json_result(const Result& r);
+bool write_json_file(const std::string& path, const nlohmann::ordered_json& j);
 
 }  // namespace kinet::perf

@@ -108,7 +108,9 @@ void QpRunner::plan(InFlight& e) {
 // guard and after checking its keys again.
 bool QpRunner::pump(InFlight& e) {
   bool any = false;
-  std::vector<uint8_t> payload;
+  // The WRITE payload's staging copy, kept per engine thread: a fresh vector
+  // per call cost an allocation, a zero-fill and page faults per chunk.
+  thread_local std::vector<uint8_t> payload;
   while (e.sent < e.chunks.size() && !e.fault_syndrome &&
          (qp_.remote_out_bytes == 0 || qp_.remote_out_bytes + cost(e.chunks[e.sent]) <= kRemoteOutBytes)) {
     InFlight::Chunk& c = e.chunks[e.sent];
@@ -127,7 +129,7 @@ bool QpRunner::pump(InFlight& e) {
         if (c.sge < 0) {
           rq.payload = e.bb + prm::kSeg2 + prm::kInlineHeader + c.sge_off;
         } else {
-          payload.resize(c.len);
+          if (payload.size() < c.len) payload.resize(c.len);
           MrEntry lmr[2];
           std::shared_lock<std::shared_mutex> g(memory_guard());
           Fault f = check_local(w, false, lmr);  // still registered under the guard
@@ -181,6 +183,7 @@ bool QpRunner::reap(InFlight& e) {
     } else if (e.w.opcode == prm::kRdmaRead || e.w.is_atomic()) {
       set_fault(e, land(e, c, a));
     }
+    if (!c.call->frame.empty()) qp_.peer->recycle(std::move(c.call->frame));
     c.call.reset();
     ++e.reaped;
     any = true;
