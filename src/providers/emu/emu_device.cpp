@@ -177,7 +177,7 @@ class EmuQueuePair final : public QueuePair {
       if (!qp_->nic->cross_process)
         throw Error(ErrorCode::NotFound, none + ", and " + qp_->nic->name +
                                              " is not on the cross-process fabric to reach it at " + r.endpoint +
-                                             " (DeviceOptions::emu_fabric, KINET_EMU_FABRIC=tcp, shm or auto)");
+                                             " (DeviceOptions::emu_fabric, KINET_EMU_FABRIC=tcp)");
       try {
         peer = remote().peer(r.endpoint, qp_->nic->via);
       } catch (const Error& e) {
