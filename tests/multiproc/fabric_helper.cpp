@@ -59,7 +59,7 @@ uint8_t pat(int who, size_t i) { return static_cast<uint8_t>((i * 131 + (i >> 9)
 // info, as blobs (RemoteKey, QpInfo), each preceded by its u32 length.
 struct Card {
   int32_t pid = 0;
-  kinet::RemoteKey key, ro_key;
+  kinet::RemoteKey key, ro_key, pre_key;  // pre: where kill/cut/stall's first batch lands
   std::vector<std::vector<uint8_t>> qps;
   std::vector<uint8_t> pack() const {
     std::vector<uint8_t> b(4);
@@ -71,6 +71,7 @@ struct Card {
     };
     add(key.serialize());
     add(ro_key.serialize());
+    add(pre_key.serialize());
     for (auto& q : qps) add(q);
     return b;
   }
@@ -88,10 +89,11 @@ struct Card {
       blobs.emplace_back(b.begin() + off, b.begin() + off + n);
       off += n;
     }
-    if (off != b.size() || blobs.size() < 2) fail("bad card");
+    if (off != b.size() || blobs.size() < 3) fail("bad card");
     c.key = kinet::RemoteKey::deserialize(blobs[0].data(), blobs[0].size());
     c.ro_key = kinet::RemoteKey::deserialize(blobs[1].data(), blobs[1].size());
-    c.qps.assign(blobs.begin() + 2, blobs.end());
+    c.pre_key = kinet::RemoteKey::deserialize(blobs[2].data(), blobs[2].size());
+    c.qps.assign(blobs.begin() + 3, blobs.end());
     return c;
   }
 };
@@ -99,8 +101,8 @@ struct Card {
 struct Side {
   std::unique_ptr<kinet::Device> dev;
   std::unique_ptr<kinet::ProtectionDomain> pd;
-  std::vector<uint8_t> buf, ro;
-  std::unique_ptr<kinet::MemoryRegion> mr, ro_mr;
+  std::vector<uint8_t> buf, ro, pre;
+  std::unique_ptr<kinet::MemoryRegion> mr, ro_mr, pre_mr;
   std::vector<std::unique_ptr<kinet::QueuePair>> qps;
   Card peer;
 };
@@ -227,7 +229,9 @@ void requester_lose_peer(Side& s, kinet::Bootstrap& bs) {
   const auto lk = s.mr->lkey();
   const auto rk = s.peer.key.key();
   for (int i = 0; i < 40; ++i)
-    expect_ok(dev::put<X>(h, s.buf.data() + 4096 * i, lk, s.peer.key.addr + 4096 * i, rk, 4096, 0), "put before", q);
+    expect_ok(dev::put<X>(h, s.buf.data() + 4096 * i, lk, s.peer.pre_key.addr + 4096 * i, s.peer.pre_key.key(), 4096,
+                          0),
+              "put before", q);
   expect_ok(dev::quiet<X>(h), "quiet before the fault", q);
   bs.barrier();  // the responder verifies the batch, then fails
   bs.barrier();
@@ -302,9 +306,12 @@ int main(int argc, char** argv) {
     s.ro.assign(4096, 0xee);
     s.mr = s.pd->reg_mr(s.buf.data(), kBuf, kinet::kAccessAll);
     s.ro_mr = s.pd->reg_mr(s.ro.data(), s.ro.size(), kinet::kLocalWrite | kinet::kRemoteRead);
+    s.pre.assign(40 * 4096, 0);
+    s.pre_mr = s.pd->reg_mr(s.pre.data(), s.pre.size(), kinet::kAccessAll);
     Card mine;
     mine.key = s.mr->remote_key();
     mine.ro_key = s.ro_mr->remote_key();
+    mine.pre_key = s.pre_mr->remote_key();
     mine.pid = static_cast<int32_t>(getpid());
     for (int i = 0; i < kQps; ++i) {
       kinet::QpConfig c;
@@ -329,7 +336,14 @@ int main(int argc, char** argv) {
     if (scenario == "ops") {
       if (rank == 0) requester_ops(s);
       bs->barrier();
-      if (rank == 1) responder_verify(s);
+      // Deregistering waits out every access to the region (the MemoryRegion
+      // contract): the fabric's threads' writes happen-before the checks, in
+      // this process's own terms (ThreadSanitizer can't see the order that
+      // runs through the other process).
+      if (rank == 1) {
+        s.mr.reset();
+        responder_verify(s);
+      }
       bs->barrier();
       s.qps.clear();  // clean teardown on both sides at once (sanitizers check it)
       s.dev.reset();
@@ -348,8 +362,9 @@ int main(int argc, char** argv) {
         if (scenario == "stall") ::kill(s.peer.pid, SIGKILL);  // it can't leave by itself
       } else {
         bs->barrier();
+        s.pre_mr.reset();  // as in "ops": the writes are done once this returns
         for (size_t i = 0; i < 40 * 4096; ++i)
-          if (s.buf[i] != pat(0, i)) fail("WRITE before the fault: byte " + std::to_string(i));
+          if (s.pre[i] != pat(0, i)) fail("WRITE before the fault: byte " + std::to_string(i));
         bs->barrier();  // the requester now writes until an operation fails
         if (scenario == "kill") ::kill(::getpid(), SIGKILL);
         if (scenario == "stall") ::raise(SIGSTOP);  // alive, connected, silent
