@@ -149,6 +149,7 @@ int child(const std::string& role, const std::string& fabric, const std::string&
     }
     bs->barrier();  // the requester is done
     if (!req) {
+      mr.reset();  // deregistering waits out the fabric's accesses to the region
       cudaMemcpy(h.data(), buf, kBuf, cudaMemcpyDeviceToHost);
       for (size_t i = 0; i < kBuf && rc == 0; ++i) {
         const uint8_t want = i < kWritten ? pat(0, i) : pat(1, i);
