@@ -79,6 +79,43 @@ struct DeviceAttr {
   uint32_t max_qp = 0;    // most QPs alive at once
 };
 
+// What a peer needs to access a memory region remotely, exchanged out of
+// band as a blob (MemoryRegion::remote_key()): serialize() gives a 48-byte
+// header, host byte order,
+//   0 u32 magic   4 u16 version (1)   6 u16 provider (1 = emu, 2 = mlx5)
+//   8 u64 node (emu: the NIC's fabric address; mlx5: 0)
+//   16 u64 addr   24 u64 length   32 u32 rkey (host order)   36 u32 access
+//   40 u16 packed length   42..47 reserved (0)
+// followed by `packed`: a transport's own packed key (e.g. a UCX rkey
+// buffer), empty for emu and mlx5.
+struct RemoteKey {
+  static constexpr uint32_t kMagic = 0x524e4b31;  // "1KNR"
+  static constexpr size_t kHeaderBytes = 48;
+  static constexpr size_t kMaxPacked = 1024;
+  uint16_t version = 1;
+  uint16_t provider = 0;
+  uint64_t node = 0;
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t rkey = 0;
+  uint32_t access = 0;  // Access bits the region was registered with
+  std::vector<uint8_t> packed;
+  // The key as the device verbs take it (big-endian).
+  Rkey key() const { return Rkey{detail::bswap32_constexpr(rkey)}; }
+  // Whether [a, a + n) lies inside the region (n = 0: a inside or at its end).
+  bool covers(uint64_t a, uint64_t n) const { return a >= addr && a - addr <= length && n <= length - (a - addr); }
+  std::vector<uint8_t> serialize() const;
+  // Throws InvalidArgument ("remote key: ...") naming the bad field: version
+  // (1), provider (1 or 2), length (0, or addr + length past 2^64), access
+  // (bits beyond kAccessAll), packed (over kMaxPacked bytes).
+  void validate() const;
+  // Checks every byte: at least the header, the magic and version before
+  // any length, exactly header + the packed length it announces (no
+  // trailing bytes), reserved bytes zero, then validate(). Throws
+  // InvalidArgument saying which.
+  static RemoteKey deserialize(const void* data, size_t len);
+};
+
 class MemoryRegion {
  public:
   // Deregisters. WQEs already executing against the region finish first; once
@@ -95,6 +132,10 @@ class MemoryRegion {
   Lkey lkey() const { return Lkey{detail::bswap32_constexpr(lkey_value())}; }
   Rkey rkey() const { return Rkey{detail::bswap32_constexpr(rkey_value())}; }
   uint64_t addr_u64() const { return reinterpret_cast<uint64_t>(addr()); }
+  // The blob a peer needs to reach this region (RemoteKey). The default
+  // describes an ibverbs region (provider mlx5, node 0); emu gives its NIC's
+  // fabric address.
+  virtual RemoteKey remote_key() const;
 };
 
 // What a peer needs to connect to a QP, exchanged out of band as a blob:
@@ -116,8 +157,10 @@ struct QpInfo {
   uint8_t port;
   uint32_t reserved[5];  // zero
   // How another process reaches the QP's device: emu on the cross-process
-  // fabric: "tcp 192.0.2.2:41234" (printable ASCII, at most kMaxEndpoint
-  // bytes); empty when the device is reachable only in its own process.
+  // fabric: "tcp 192.0.2.2:41234", "shm NAME host BOOT-ID netns INODE", or
+  // both separated by ", " (DeviceOptions::Fabric; printable ASCII, at most
+  // kMaxEndpoint bytes); empty when the device is reachable only in its own
+  // process.
   std::string endpoint;
   std::vector<uint8_t> serialize() const;
   // Throws InvalidArgument naming the bad field: magic, version, provider
@@ -237,12 +280,23 @@ struct DeviceOptions {
   uint32_t emu_max_mr = (1u << 24) - 1;
   uint32_t emu_max_qp = (1u << 16) - 1;
   // emu: whether the NIC is reachable from other processes. FromEnv reads
-  // $KINET_EMU_FABRIC ("tcp" or "local"; unset = local). Tcp: the process
-  // runs one TCP listener (interface as the bootstrap picks it,
-  // $KINET_SOCKET_IFNAME) serving all its Tcp NICs, node addresses are 64
-  // random bits, and QpInfo::endpoint says where the NIC listens; a QP of it
-  // connects (to_rtr) to a QP of another process given that QP's info.
-  enum class Fabric : uint8_t { FromEnv, Local, Tcp };
+  // $KINET_EMU_FABRIC ("local", "tcp", "shm" or "auto"; unset = local).
+  // Node addresses are then 64 random bits, QpInfo::endpoint says how the
+  // NIC is reached, and a QP of it connects (to_rtr) to a QP of another
+  // process given that QP's info. The process runs one listener per
+  // transport, serving all its NICs:
+  //   Tcp: a TCP listener (interface as the bootstrap picks it,
+  //        $KINET_SOCKET_IFNAME); endpoint "tcp ADDRESS:PORT".
+  //   Shm: shared-memory links with processes of the same host, i.e. the
+  //        same boot id and network namespace (the listener is the abstract
+  //        AF_UNIX name "kinet-shm/<process id>", which exists per network
+  //        namespace); endpoint "shm NAME host BOOT-ID netns INODE". A peer
+  //        elsewhere: to_rtr throws NotFound.
+  //   Auto: both listeners; endpoint "tcp ..., shm ..."; connects over shm
+  //        to a peer of the same host that offers it, else (or when shm
+  //        fails) over TCP.
+  // Faults are the same on every transport (peer lost, peer timeout).
+  enum class Fabric : uint8_t { FromEnv, Local, Tcp, Shm, Auto };
   Fabric emu_fabric = Fabric::FromEnv;
 };
 

@@ -40,8 +40,10 @@ constexpr Variable kVariables[] = {
      "largest bootstrap message in bytes; a peer announcing more is treated as lost", "bootstrap", false},
     {"KINET_EMU_FABRIC", "local",
      "`tcp`: every software NIC this process opens joins the cross-process fabric (one TCP listener per process "
-     "on the interface KINET_SOCKET_IFNAME picks; QpInfo then carries its endpoint); `local` (or unset): NICs "
-     "reach only NICs of their own process. DeviceOptions::emu_fabric overrides it",
+     "on the interface KINET_SOCKET_IFNAME picks; QpInfo then carries its endpoint); `shm`: the same over shared "
+     "memory, with processes of the same boot id and network namespace only (abstract AF_UNIX listener "
+     "kinet-shm/<process id>); `auto`: both, shm where the peer is on the same host, else tcp; `local` (or "
+     "unset): NICs reach only NICs of their own process. DeviceOptions::emu_fabric overrides it",
      "emu provider", false},
     {"KINET_EMU_PEER_TIMEOUT_MS", "10000",
      "cross-process software NIC: bound in ms of a peer's answer (a response, a connection, a send); past it the "

@@ -13,6 +13,7 @@
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "fabric/responder.hpp"
+#include "fabric/shm_link.hpp"
 #include "fabric/tcp_link.hpp"
 #include "providers/emu/emu.hpp"
 #include "providers/emu/prm.hpp"
@@ -115,7 +116,7 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
   try {
     link_->send(buf_.data(), buf_.size(), Clock::now() + std::chrono::milliseconds(timeout_ms_));
   } catch (const Error& e) {
-    fail(reason(endpoint_, e.what()));  // completes `c` with the others
+    fail(reason(link_->peer_name(), e.what()));  // completes `c` with the others
   }
   return c;
 }
@@ -177,7 +178,7 @@ void RemotePeer::receive() {
     try {
       if (!link_->recv(buf, deadline)) continue;
     } catch (const Error& e) {
-      fail(reason(endpoint_, e.what()));
+      fail(reason(link_->peer_name(), e.what()));
       return;
     }
     fabric::Frame f;
@@ -219,7 +220,7 @@ void RemotePeer::receive() {
 // ---- responder side and the process's listener -------------------------------
 
 struct RemoteFabric::Inbound {
-  std::unique_ptr<fabric::TcpLink> link;
+  std::unique_ptr<fabric::Link> link;
   std::thread th;
   std::atomic<bool> finished{false};
 };
@@ -238,41 +239,57 @@ uint64_t RemoteFabric::timeout_ms() {
   return t;
 }
 
-void RemoteFabric::join(const std::shared_ptr<Nic>& nic) {
-  std::lock_guard<std::mutex> g(mu_);
-  if (listen_fd_ < 0) {
-    const bs::Interface itf = bs::pick_interface();
-    bs::SockAddr bound;
-    bs::Fd lfd = bs::listen_on(itf.addr, 0, &bound);
-    if (::pipe2(stop_fd_, O_CLOEXEC) != 0)
-      throw Error(ErrorCode::ResourceExhausted, std::string("emu fabric: pipe: ") + std::strerror(errno));
-    listen_fd_ = lfd.release();
-    endpoint_ = fabric::tcp_endpoint(bound);
-    try {
-      // The descriptors go by value: a leave() right after this join() may
-      // reset the members before the thread first looks at them.
-      listener_ = std::thread([this, lfd = listen_fd_, sfd = stop_fd_[0]] { listen_loop(lfd, sfd); });
-    } catch (...) {
-      ::close(listen_fd_);
-      ::close(stop_fd_[0]);
-      ::close(stop_fd_[1]);
-      listen_fd_ = stop_fd_[0] = stop_fd_[1] = -1;
-      throw;
-    }
-    KINET_LOG(Info, "emu fabric: listening at %s (interface %s)", endpoint_.c_str(), itf.name.c_str());
+void RemoteFabric::join(const std::shared_ptr<Nic>& nic, fabric::Via via) {
+  std::unique_lock<std::mutex> g(mu_);
+  if (stop_fd_[0] < 0 && ::pipe2(stop_fd_, O_CLOEXEC) != 0)
+    throw Error(ErrorCode::ResourceExhausted, std::string("emu fabric: pipe: ") + std::strerror(errno));
+  try {
+    if ((static_cast<uint8_t>(via) & static_cast<uint8_t>(fabric::Via::Tcp)) && listen_fd_ < 0) start_tcp_locked();
+    if ((static_cast<uint8_t>(via) & static_cast<uint8_t>(fabric::Via::Shm)) && !shm_) start_shm_locked();
+  } catch (...) {
+    if (nics_.empty()) shutdown_locked(g);  // nothing else runs: leave no listener behind
+    throw;
   }
   nics_[nic->node] = nic;
 }
 
-std::string RemoteFabric::endpoint() {
+void RemoteFabric::start_tcp_locked() {
+  const bs::Interface itf = bs::pick_interface();
+  bs::SockAddr bound;
+  bs::Fd lfd = bs::listen_on(itf.addr, 0, &bound);
+  // The descriptors go by value: a leave() right after this join() may
+  // reset the members before the thread first looks at them.
+  listener_ = std::thread([this, fd = lfd.get(), sfd = stop_fd_[0]] { listen_loop(fd, sfd); });
+  listen_fd_ = lfd.release();
+  tcp_endpoint_ = fabric::tcp_endpoint(bound);
+  KINET_LOG(Info, "emu fabric: listening at %s (interface %s)", tcp_endpoint_.c_str(), itf.name.c_str());
+}
+
+void RemoteFabric::start_shm_locked() {
+  const fabric::HostId& host = fabric::this_host();
+  auto l = std::make_unique<fabric::ShmListener>(hex(process_id()).substr(2));
+  shm_listener_ = std::thread([this, raw = l.get(), sfd = stop_fd_[0]] { shm_listen_loop(raw, sfd); });
+  shm_ = std::move(l);
+  shm_endpoint_ = fabric::shm_endpoint(shm_->name(), host);
+  KINET_LOG(Info, "emu fabric: listening at %s", shm_endpoint_.c_str());
+}
+
+std::string RemoteFabric::endpoint(fabric::Via via) {
   std::lock_guard<std::mutex> g(mu_);
-  return endpoint_;
+  switch (via) {
+    case fabric::Via::Tcp: return tcp_endpoint_;
+    case fabric::Via::Shm: return shm_endpoint_;
+    case fabric::Via::Auto:
+      if (tcp_endpoint_.empty() || shm_endpoint_.empty()) return tcp_endpoint_ + shm_endpoint_;
+      return tcp_endpoint_ + ", " + shm_endpoint_;
+  }
+  return "";
 }
 
 void RemoteFabric::leave(uint64_t node) {
   std::unique_lock<std::mutex> g(mu_);
   nics_.erase(node);
-  if (nics_.empty() && listen_fd_ >= 0) shutdown_locked(g);
+  if (nics_.empty() && stop_fd_[0] >= 0) shutdown_locked(g);
 }
 
 // Stops everything: the listener, inbound links and their threads, outbound
@@ -280,15 +297,19 @@ void RemoteFabric::leave(uint64_t node) {
 void RemoteFabric::shutdown_locked(std::unique_lock<std::mutex>& g) {
   const char one = 1;
   (void)!::write(stop_fd_[1], &one, 1);
-  std::thread listener = std::move(listener_);
+  std::thread listener = std::move(listener_), shm_listener = std::move(shm_listener_);
+  auto shm = std::move(shm_);
   const int lfd = listen_fd_, s0 = stop_fd_[0], s1 = stop_fd_[1];
   listen_fd_ = stop_fd_[0] = stop_fd_[1] = -1;
-  endpoint_.clear();
+  tcp_endpoint_.clear();
+  shm_endpoint_.clear();
   auto peers = std::move(peers_);
   peers_.clear();
   g.unlock();
-  if (listener.joinable()) listener.join();  // no new inbound links after this
-  ::close(lfd);
+  if (listener.joinable()) listener.join();  // no new inbound links after these
+  if (shm_listener.joinable()) shm_listener.join();
+  shm.reset();
+  if (lfd >= 0) ::close(lfd);
   ::close(s0);
   ::close(s1);
   g.lock();
@@ -338,18 +359,46 @@ void RemoteFabric::listen_loop(int lfd, int sfd) {
     const int fd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&from.ss), &from.len, SOCK_CLOEXEC);
     if (fd < 0) continue;  // EAGAIN, a connection reset before accept, EMFILE: try again later
     try {
-      auto in = std::make_unique<Inbound>();
-      in->link = std::make_unique<fabric::TcpLink>(bs::Fd(fd), fabric::tcp_endpoint(from));
-      Inbound* raw = in.get();
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        inbound_.push_back(std::move(in));
-      }
-      raw->th = std::thread([this, raw] { serve(*raw); });
+      add_inbound(std::make_unique<fabric::TcpLink>(bs::Fd(fd), fabric::tcp_endpoint(from)));
     } catch (const std::exception& e) {
       KINET_LOG(Warn, "emu fabric: can't serve a connection from %s: %s", from.str().c_str(), e.what());
     }
   }
+}
+
+void RemoteFabric::shm_listen_loop(fabric::ShmListener* l, int sfd) {
+  for (;;) {
+    pollfd p[2] = {{l->fd(), POLLIN, 0}, {sfd, POLLIN, 0}};
+    const int n = ::poll(p, 2, 1000);  // wakes now and then to join finished inbound threads
+    if (n < 0 && errno != EINTR) {
+      KINET_LOG(Error, "emu fabric: poll on the shm listener failed: %s; no more peers accepted",
+                std::strerror(errno));
+      return;
+    }
+    if (p[1].revents) return;
+    reap_inbound(false);
+    if (n <= 0 || !(p[0].revents & POLLIN)) continue;
+    try {
+      // A connector sends its handshake right after connecting: a short
+      // bound keeps a silent one from holding up the others for long.
+      const auto bound = std::chrono::milliseconds(std::min<uint64_t>(timeout_ms(), 2000));
+      std::unique_ptr<fabric::Link> link = l->accept(Clock::now() + bound);
+      if (link) add_inbound(std::move(link));
+    } catch (const std::exception& e) {
+      KINET_LOG(Warn, "emu fabric: shm listener %s: %s", l->name().c_str(), e.what());
+    }
+  }
+}
+
+void RemoteFabric::add_inbound(std::unique_ptr<fabric::Link> link) {
+  auto in = std::make_unique<Inbound>();
+  in->link = std::move(link);
+  Inbound* raw = in.get();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    inbound_.push_back(std::move(in));
+  }
+  raw->th = std::thread([this, raw] { serve(*raw); });
 }
 
 void RemoteFabric::serve(Inbound& in) {
@@ -429,21 +478,63 @@ void RemoteFabric::serve(Inbound& in) {
   in.finished.store(true, std::memory_order_release);
 }
 
-std::shared_ptr<RemotePeer> RemoteFabric::peer(const std::string& ep) {
+std::unique_ptr<fabric::Link> RemoteFabric::connect(const std::string& ep, fabric::Via via,
+                                                    Clock::time_point deadline, std::string* key) {
+  const fabric::Endpoint e = fabric::parse_endpoint(ep);
+  const bool use_shm_ok = static_cast<uint8_t>(via) & static_cast<uint8_t>(fabric::Via::Shm);
+  const bool use_tcp_ok = static_cast<uint8_t>(via) & static_cast<uint8_t>(fabric::Via::Tcp);
+  const fabric::HostId& here = fabric::this_host();
+  const bool same_host = !e.shm_name.empty() && e.shm_host == here;
+  std::string shm_error;
+  if (use_shm_ok && same_host) {
+    try {
+      *key = "shm " + e.shm_name;
+      return fabric::shm_connect(e.shm_name, deadline);
+    } catch (const Error& err) {
+      if (!use_tcp_ok || e.tcp.empty()) throw;
+      shm_error = err.what();
+      KINET_LOG(Info, "emu fabric: shm to %s failed (%s); trying %s", e.shm_name.c_str(), err.what(), e.tcp.c_str());
+    }
+  }
+  if (use_tcp_ok && !e.tcp.empty()) {
+    *key = e.tcp;
+    try {
+      return fabric::tcp_connect(e.tcp, deadline);
+    } catch (const Error& err) {
+      if (shm_error.empty()) throw;
+      throw Error(err.code(), std::string(err.what()) + " (after shm failed: " + shm_error + ")");
+    }
+  }
+  // Nothing this NIC may use.
+  std::string why = std::string("this NIC is on the ") + fabric::via_name(via) + " fabric, and ";
+  if (via == fabric::Via::Shm)
+    why += e.shm_name.empty() ? "the peer offers no shm listener (it is on the tcp fabric)"
+                              : "the peer is on another host (" + e.shm_host.str() + "; this process: " + here.str() +
+                                    "): shared memory reaches only processes of one boot and network namespace";
+  else
+    why += "the peer offers no tcp listener (it is on the shm fabric)" +
+           (e.shm_name.empty() ? std::string() : same_host ? std::string() : " and is on another host");
+  throw Error(ErrorCode::NotFound, "endpoint \"" + ep + "\": no transport in common: " + why +
+                                       " (KINET_EMU_FABRIC=auto uses whichever works)");
+}
+
+std::shared_ptr<RemotePeer> RemoteFabric::peer(const std::string& ep, fabric::Via via) {
   std::lock_guard<std::mutex> c(connect_mu_);
+  const std::string cache = std::string(fabric::via_name(via)) + " " + ep;
   {
     std::lock_guard<std::mutex> g(mu_);
-    auto it = peers_.find(ep);
+    auto it = peers_.find(cache);
     if (it != peers_.end() && !it->second->lost()) return it->second;
   }
   const uint64_t t = timeout_ms();
   const auto deadline = Clock::now() + std::chrono::milliseconds(t);
-  std::unique_ptr<fabric::Link> link = fabric::tcp_connect(ep, deadline);
+  std::string used;
+  std::unique_ptr<fabric::Link> link = connect(ep, via, deadline, &used);
   send_hello(*link, deadline);
   recv_hello(*link, deadline, t);
-  auto p = std::make_shared<RemotePeer>(std::move(link), ep, t);
+  auto p = std::make_shared<RemotePeer>(std::move(link), used, t);
   std::lock_guard<std::mutex> g(mu_);
-  peers_[ep] = p;
+  peers_[cache] = p;
   return p;
 }
 

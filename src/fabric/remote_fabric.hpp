@@ -1,5 +1,7 @@
 // kinet emu — the cross-process fabric: software NICs of different processes
-// (and hosts) reach each other's QPs over TCP links.
+// (and hosts) reach each other's QPs over TCP links, or over shared-memory
+// links (fabric/shm_link.hpp) between processes of one host (endpoint.hpp
+// says what "one host" means).
 //
 // What travels (fabric/wire.hpp): one Request per responder operation or
 // chunk of at most kMaxChunk bytes (WRITE carries its payload, copied from
@@ -9,7 +11,9 @@
 // values are written into the requester's memory by its engine when the
 // Response is taken, after re-checking the local key.
 //
-// Links: a process that opened a cross-process NIC runs one listener. A
+// Links: a process that opened a cross-process NIC runs one listener per
+// transport its NICs use (a TCP socket; an abstract AF_UNIX name
+// "kinet-shm/<process id in hex>"), started with the first NIC that needs it. A
 // requester opens one outbound link per peer process (endpoint) at the first
 // to_rtr towards it, shared by all its QPs to that process; Requests go out on
 // it and Responses come back on it. Each accepted (inbound) link has a thread
@@ -35,7 +39,9 @@
 #include <thread>
 #include <vector>
 
+#include "fabric/endpoint.hpp"
 #include "fabric/link.hpp"
+#include "fabric/shm_link.hpp"
 #include "fabric/wire.hpp"
 
 namespace kinet::emu {
@@ -93,19 +99,27 @@ class RemotePeer {
 // This process's side of the cross-process fabric (one per process).
 class RemoteFabric {
  public:
-  // `nic` joins: the listener starts with the first one. Throws (NotFound:
-  // no interface; System) when it can't listen.
-  void join(const std::shared_ptr<Nic>& nic);
+  // `nic` joins, reachable through `via`: the listeners `via` needs start
+  // with the first NIC that needs them. Throws (NotFound: no interface;
+  // System: the shm name is taken, /proc can't identify the host) when it
+  // can't listen; the NIC has then not joined.
+  void join(const std::shared_ptr<Nic>& nic, fabric::Via via);
   // `nic` leaves (Requests to it then fail as to a NIC that is gone); the
   // last one stops the listener, closes every link and joins their threads.
   void leave(uint64_t node);
-  // "tcp 192.0.2.2:41234": where this process listens (while a NIC is joined).
-  std::string endpoint();
-  // The outbound link to the process listening at `endpoint`, connected (and
-  // greeted) now if there is none or the last one was lost. Throws System when
-  // the peer can't be reached within the peer timeout, InvalidArgument for a
-  // malformed endpoint.
-  std::shared_ptr<RemotePeer> peer(const std::string& endpoint);
+  // Where a NIC joined with `via` is reached (endpoint.hpp): "tcp
+  // 192.0.2.2:41234", "shm <name> host <boot id> netns <inode>", or both
+  // (auto). Empty when no NIC has joined.
+  std::string endpoint(fabric::Via via);
+  // The outbound link to the process at `endpoint` (a peer QP's
+  // QpInfo::endpoint), connected (and greeted) now if there is none or the
+  // last one was lost. The transport: with Via::Shm, shm (the peer must be on
+  // this host and offer shm, else NotFound); Via::Tcp, tcp (the peer must
+  // offer tcp, else NotFound); Via::Auto, shm when the peer offers it and is
+  // on this host, else tcp, and tcp too when connecting over shm fails (one
+  // deadline for both). Throws System when the peer can't be reached within
+  // the peer timeout, InvalidArgument for a malformed endpoint.
+  std::shared_ptr<RemotePeer> peer(const std::string& endpoint, fabric::Via via);
   // KINET_EMU_PEER_TIMEOUT_MS, read once.
   uint64_t timeout_ms();
 
@@ -113,14 +127,22 @@ class RemoteFabric {
   struct Inbound;
   std::mutex mu_;
   std::map<uint64_t, std::weak_ptr<Nic>> nics_;
-  std::string endpoint_;
+  std::string tcp_endpoint_;          // "tcp A:P" while the TCP listener runs
+  std::string shm_endpoint_;          // "shm NAME host ..." while the shm listener runs
   int listen_fd_ = -1;
-  int stop_fd_[2] = {-1, -1};
-  std::thread listener_;
+  std::unique_ptr<fabric::ShmListener> shm_;
+  int stop_fd_[2] = {-1, -1};         // readable: the listener threads return
+  std::thread listener_, shm_listener_;
   std::vector<std::unique_ptr<Inbound>> inbound_;
   std::map<std::string, std::shared_ptr<RemotePeer>> peers_;
   std::mutex connect_mu_;  // one connect at a time (so two to_rtr share one link)
   void listen_loop(int listen_fd, int stop_fd);  // until stop_fd is readable
+  void shm_listen_loop(fabric::ShmListener* l, int stop_fd);
+  void start_tcp_locked();
+  void start_shm_locked();
+  void add_inbound(std::unique_ptr<fabric::Link> link);
+  std::unique_ptr<fabric::Link> connect(const std::string& endpoint, fabric::Via via,
+                                        fabric::Clock::time_point deadline, std::string* key);
   void serve(Inbound& in);
   void reap_inbound(bool all);
   void shutdown_locked(std::unique_lock<std::mutex>& g);

@@ -77,6 +77,9 @@ class ShmListener {
   // the caller may call accept() again.
   std::unique_ptr<Link> accept(Clock::time_point deadline);
   const std::string& name() const { return name_; }
+  // The listening socket (non-blocking): readable when a connector waits;
+  // for a caller that polls it with other descriptors before accept().
+  int fd() const { return fd_; }
 
  private:
   std::string name_;

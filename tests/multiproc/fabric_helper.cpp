@@ -1,7 +1,8 @@
 // One process of a cross-process software NIC test (fabric_multiproc_test,
 // fabric_netns_test). Rank 0 is the requester, rank 1 the responder; they
 // meet through kinet::Bootstrap (rank 0 writes the unique id to --id-file),
-// open an emu device on the TCP fabric, exchange QP infos and keys, connect
+// open an emu device on the --fabric (tcp, shm, auto), exchange QP infos and
+// remote keys (RemoteKey blobs), connect
 // kQps QP pairs and run --scenario:
 //   ops     every operation (WRITE large/small/inline/gather, READ large/
 //           scatter, FETCH_ADD, COMPARE_SWAP, NOP), more WQEs than ring slots,
@@ -54,43 +55,45 @@ void line(const std::string& s) {
 }
 uint8_t pat(int who, size_t i) { return static_cast<uint8_t>((i * 131 + (i >> 9) * 7 + who * 59 + 1) & 0xff); }
 
-// What each side publishes: its QPs' info blobs and its regions.
+// What each side publishes: its pid, its regions' remote keys and its QPs'
+// info, as blobs (RemoteKey, QpInfo), each preceded by its u32 length.
 struct Card {
-  uint64_t addr = 0, ro_addr = 0;
-  uint32_t rkey = 0, ro_rkey = 0;
   int32_t pid = 0;
+  kinet::RemoteKey key, ro_key, pre_key;  // pre: where kill/cut/stall's first batch lands
   std::vector<std::vector<uint8_t>> qps;
   std::vector<uint8_t> pack() const {
-    std::vector<uint8_t> b(28);
-    std::memcpy(b.data() + 24, &pid, 4);
-    std::memcpy(b.data(), &addr, 8);
-    std::memcpy(b.data() + 8, &ro_addr, 8);
-    std::memcpy(b.data() + 16, &rkey, 4);
-    std::memcpy(b.data() + 20, &ro_rkey, 4);
-    for (auto& q : qps) {
-      const uint32_t n = static_cast<uint32_t>(q.size());
+    std::vector<uint8_t> b(4);
+    std::memcpy(b.data(), &pid, 4);
+    auto add = [&](const std::vector<uint8_t>& blob) {
+      const uint32_t n = static_cast<uint32_t>(blob.size());
       b.insert(b.end(), reinterpret_cast<const uint8_t*>(&n), reinterpret_cast<const uint8_t*>(&n) + 4);
-      b.insert(b.end(), q.begin(), q.end());
-    }
+      b.insert(b.end(), blob.begin(), blob.end());
+    };
+    add(key.serialize());
+    add(ro_key.serialize());
+    add(pre_key.serialize());
+    for (auto& q : qps) add(q);
     return b;
   }
   static Card unpack(const std::vector<uint8_t>& b) {
     Card c;
-    if (b.size() < 28) fail("short card");
-    std::memcpy(&c.pid, b.data() + 24, 4);
-    std::memcpy(&c.addr, b.data(), 8);
-    std::memcpy(&c.ro_addr, b.data() + 8, 8);
-    std::memcpy(&c.rkey, b.data() + 16, 4);
-    std::memcpy(&c.ro_rkey, b.data() + 20, 4);
-    size_t off = 28;
+    if (b.size() < 4) fail("short card");
+    std::memcpy(&c.pid, b.data(), 4);
+    std::vector<std::vector<uint8_t>> blobs;
+    size_t off = 4;
     while (off + 4 <= b.size()) {
       uint32_t n;
       std::memcpy(&n, b.data() + off, 4);
       off += 4;
-      if (off + n > b.size()) fail("bad card");
-      c.qps.emplace_back(b.begin() + off, b.begin() + off + n);
+      if (n > b.size() - off) fail("bad card");
+      blobs.emplace_back(b.begin() + off, b.begin() + off + n);
       off += n;
     }
+    if (off != b.size() || blobs.size() < 3) fail("bad card");
+    c.key = kinet::RemoteKey::deserialize(blobs[0].data(), blobs[0].size());
+    c.ro_key = kinet::RemoteKey::deserialize(blobs[1].data(), blobs[1].size());
+    c.pre_key = kinet::RemoteKey::deserialize(blobs[2].data(), blobs[2].size());
+    c.qps.assign(blobs.begin() + 3, blobs.end());
     return c;
   }
 };
@@ -98,13 +101,11 @@ struct Card {
 struct Side {
   std::unique_ptr<kinet::Device> dev;
   std::unique_ptr<kinet::ProtectionDomain> pd;
-  std::vector<uint8_t> buf, ro;
-  std::unique_ptr<kinet::MemoryRegion> mr, ro_mr;
+  std::vector<uint8_t> buf, ro, pre;
+  std::unique_ptr<kinet::MemoryRegion> mr, ro_mr, pre_mr;
   std::vector<std::unique_ptr<kinet::QueuePair>> qps;
   Card peer;
 };
-
-kinet::Rkey be(uint32_t k) { return kinet::Rkey{kinet::detail::bswap32_constexpr(k)}; }
 
 // A WRITE or READ of two SGEs (gather / scatter), built from a one-SGE WQE
 // by appending a second data segment (DS 3 -> 4).
@@ -135,8 +136,8 @@ void requester_ops(Side& s) {
   const auto h = q.handle();
   uint8_t* L = s.buf.data();
   const auto lk = s.mr->lkey();
-  const uint64_t R = s.peer.addr;
-  const auto rk = be(s.peer.rkey);
+  const uint64_t R = s.peer.key.addr;
+  const auto rk = s.peer.key.key();
   // Large WRITE: L[0, kBig) -> R[0, kBig).
   expect_ok(dev::put<X>(h, L, lk, R, rk, kBig, dev::kSignal), "large put", q);
   // 300 small WRITEs of 64 B (ring of 16 slots), R[kBig + 64 i].
@@ -194,9 +195,10 @@ void responder_verify(Side& s) {
 }
 
 void requester_errors(Side& s) {
-  const uint64_t R = s.peer.addr;
+  const uint64_t R = s.peer.key.addr;
   const auto lk = s.mr->lkey();
   uint8_t* L = s.buf.data();
+  const auto rk = s.peer.key.key();
   auto run = [&](int qi, const char* name, auto post) {
     auto& q = *s.qps[qi];
     dev::Ticket t;
@@ -205,16 +207,16 @@ void requester_errors(Side& s) {
     line(std::string("CASE ") + name + " " + std::to_string(static_cast<int>(st)) + " | " + q.last_error());
   };
   run(1, "bad_rkey", [&](const dev::QpHandle& h, dev::Ticket* t) {
-    return dev::put<X>(h, L, lk, R, be(s.peer.rkey ^ 0x01), 64, 0, t);  // same index, another generation
+    return dev::put<X>(h, L, lk, R, kinet::Rkey{kinet::detail::bswap32_constexpr(s.peer.key.rkey ^ 0x01)}, 64, 0, t);  // same index, another generation
   });
   run(2, "out_of_bounds", [&](const dev::QpHandle& h, dev::Ticket* t) {
-    return dev::put<X>(h, L, lk, R + kBuf - 4, be(s.peer.rkey), 8, 0, t);  // 4 bytes past the end
+    return dev::put<X>(h, L, lk, R + kBuf - 4, rk, 8, 0, t);  // 4 bytes past the end
   });
   run(3, "no_write_access", [&](const dev::QpHandle& h, dev::Ticket* t) {
-    return dev::put<X>(h, L, lk, s.peer.ro_addr, be(s.peer.ro_rkey), 16, 0, t);
+    return dev::put<X>(h, L, lk, s.peer.ro_key.addr, s.peer.ro_key.key(), 16, 0, t);
   });
   run(4, "misaligned_atomic", [&](const dev::QpHandle& h, dev::Ticket* t) {
-    return dev::fetch_add<X>(h, reinterpret_cast<uint64_t*>(L), lk, R + kAtomicOff + 4, be(s.peer.rkey), 1, 0, t);
+    return dev::fetch_add<X>(h, reinterpret_cast<uint64_t*>(L), lk, R + kAtomicOff + 4, rk, 1, 0, t);
   });
   // The last good byte still passes (on a fresh QP pair? all are in ERROR): checked by "ops".
 }
@@ -225,9 +227,11 @@ void requester_lose_peer(Side& s, kinet::Bootstrap& bs) {
   auto& q = *s.qps[0];
   const auto h = q.handle();
   const auto lk = s.mr->lkey();
-  const auto rk = be(s.peer.rkey);
+  const auto rk = s.peer.key.key();
   for (int i = 0; i < 40; ++i)
-    expect_ok(dev::put<X>(h, s.buf.data() + 4096 * i, lk, s.peer.addr + 4096 * i, rk, 4096, 0), "put before", q);
+    expect_ok(dev::put<X>(h, s.buf.data() + 4096 * i, lk, s.peer.pre_key.addr + 4096 * i, s.peer.pre_key.key(), 4096,
+                          0),
+              "put before", q);
   expect_ok(dev::quiet<X>(h), "quiet before the fault", q);
   bs.barrier();  // the responder verifies the batch, then fails
   bs.barrier();
@@ -235,7 +239,7 @@ void requester_lose_peer(Side& s, kinet::Bootstrap& bs) {
   Status st = Status::Ok;
   for (int i = 0; i < 100000 && st == Status::Ok; ++i) {
     dev::Ticket t;
-    st = dev::put<X>(h, s.buf.data(), lk, s.peer.addr, rk, 4096, dev::kSignal, &t);
+    st = dev::put<X>(h, s.buf.data(), lk, s.peer.key.addr, rk, 4096, dev::kSignal, &t);
     if (st == Status::Ok) st = dev::wait<X>(h, t);
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
@@ -251,7 +255,7 @@ void requester_lose_peer(Side& s, kinet::Bootstrap& bs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string id_file, scenario = "ops", cut_if;
+  std::string id_file, scenario = "ops", cut_if, fabric = "tcp";
   int rank = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -259,6 +263,7 @@ int main(int argc, char** argv) {
     else if (k == "--rank") rank = std::atoi(v.c_str());
     else if (k == "--scenario") scenario = v;
     else if (k == "--cut-if") cut_if = v;
+    else if (k == "--fabric") fabric = v;
     else fail("unknown option " + k);
   }
   if (rank != 0 && rank != 1) fail("--rank 0|1");
@@ -285,7 +290,11 @@ int main(int argc, char** argv) {
     bs = kinet::Bootstrap::init(id, rank, 2, std::chrono::seconds(20));
     Side s;
     kinet::DeviceOptions opt;
-    opt.emu_fabric = kinet::DeviceOptions::Fabric::Tcp;
+    using F = kinet::DeviceOptions::Fabric;
+    if (fabric == "tcp") opt.emu_fabric = F::Tcp;
+    else if (fabric == "shm") opt.emu_fabric = F::Shm;
+    else if (fabric == "auto") opt.emu_fabric = F::Auto;
+    else fail("--fabric tcp|shm|auto");
     s.dev = kinet::Device::open("emu", opt);
     s.pd = s.dev->alloc_pd();
     s.buf.resize(kBuf);
@@ -297,11 +306,12 @@ int main(int argc, char** argv) {
     s.ro.assign(4096, 0xee);
     s.mr = s.pd->reg_mr(s.buf.data(), kBuf, kinet::kAccessAll);
     s.ro_mr = s.pd->reg_mr(s.ro.data(), s.ro.size(), kinet::kLocalWrite | kinet::kRemoteRead);
+    s.pre.assign(40 * 4096, 0);
+    s.pre_mr = s.pd->reg_mr(s.pre.data(), s.pre.size(), kinet::kAccessAll);
     Card mine;
-    mine.addr = s.mr->addr_u64();
-    mine.rkey = s.mr->rkey_value();
-    mine.ro_addr = s.ro_mr->addr_u64();
-    mine.ro_rkey = s.ro_mr->rkey_value();
+    mine.key = s.mr->remote_key();
+    mine.ro_key = s.ro_mr->remote_key();
+    mine.pre_key = s.pre_mr->remote_key();
     mine.pid = static_cast<int32_t>(getpid());
     for (int i = 0; i < kQps; ++i) {
       kinet::QpConfig c;
@@ -316,14 +326,24 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kQps; ++i) {
       const auto& b = s.peer.qps[i];
       const kinet::QpInfo pi = kinet::QpInfo::deserialize(b.data(), b.size());
-      if (pi.endpoint.rfind("tcp ", 0) != 0) fail("peer QP info has endpoint \"" + pi.endpoint + "\"");
+      const bool tcp = pi.endpoint.rfind("tcp ", 0) == 0, shm = pi.endpoint.find("shm ") != std::string::npos;
+      if ((fabric == "tcp" && (!tcp || shm)) || (fabric == "shm" && (tcp || !shm)) || (fabric == "auto" && !(tcp && shm)))
+        fail("peer QP info has endpoint \"" + pi.endpoint + "\" on the " + fabric + " fabric");
+      if (pi.node != s.peer.key.node) fail("peer's remote key names node " + std::to_string(s.peer.key.node));
       s.qps[i]->connect(pi);
     }
     bs->barrier();  // both connected
     if (scenario == "ops") {
       if (rank == 0) requester_ops(s);
       bs->barrier();
-      if (rank == 1) responder_verify(s);
+      // Deregistering waits out every access to the region (the MemoryRegion
+      // contract): the fabric's threads' writes happen-before the checks, in
+      // this process's own terms (ThreadSanitizer can't see the order that
+      // runs through the other process).
+      if (rank == 1) {
+        s.mr.reset();
+        responder_verify(s);
+      }
       bs->barrier();
       s.qps.clear();  // clean teardown on both sides at once (sanitizers check it)
       s.dev.reset();
@@ -342,8 +362,9 @@ int main(int argc, char** argv) {
         if (scenario == "stall") ::kill(s.peer.pid, SIGKILL);  // it can't leave by itself
       } else {
         bs->barrier();
+        s.pre_mr.reset();  // as in "ops": the writes are done once this returns
         for (size_t i = 0; i < 40 * 4096; ++i)
-          if (s.buf[i] != pat(0, i)) fail("WRITE before the fault: byte " + std::to_string(i));
+          if (s.pre[i] != pat(0, i)) fail("WRITE before the fault: byte " + std::to_string(i));
         bs->barrier();  // the requester now writes until an operation fails
         if (scenario == "kill") ::kill(::getpid(), SIGKILL);
         if (scenario == "stall") ::raise(SIGSTOP);  // alive, connected, silent

@@ -1,6 +1,8 @@
-// The cross-process software NIC between two processes (fabric_helper.cpp):
-// on loopback, and across two network namespaces joined by a veth pair (two
-// "hosts"; needs root and ip netns, else Skipped). Every operation with data
+// The cross-process software NIC between two processes (fabric_helper.cpp),
+// every case over each transport (DeviceOptions::Fabric tcp, shm, auto): on
+// loopback, and across two network namespaces joined by a veth pair (two
+// "hosts"; needs root and ip netns, else Skipped; there shm can't connect and
+// auto falls back to tcp). Every operation with data
 // verified byte for byte on both sides, remote-side errors as exact
 // syndromes, kill -9 of the peer, a stalled peer (SIGSTOP) and a link cut
 // (veth down) ending in the peer-timeout error after KINET_EMU_PEER_TIMEOUT_MS.
@@ -37,6 +39,8 @@ std::string st(Status s) { return std::to_string(static_cast<int>(s)); }
 
 // Where the two processes run: plain (loopback) or in namespaces.
 struct Where {
+  std::string fabric = "tcp";          // --fabric of both
+  std::string via = "tcp";             // the transport the link is expected to use
   std::vector<std::string> prefix[2];  // argv before the helper
   std::string ifname[2];               // KINET_SOCKET_IFNAME of each
   std::string cut_if;                  // the responder's interface (cut scenario)
@@ -49,7 +53,7 @@ std::vector<kinet::test::Proc> run_pair(const Where& w, const std::string& scena
   for (int r = 0; r < 2; ++r) {
     std::vector<std::string> argv = w.prefix[r];
     argv.insert(argv.end(), {KINET_FABRIC_HELPER, "--id-file", file, "--rank", std::to_string(r), "--scenario",
-                             scenario});
+                             scenario, "--fabric", w.fabric});
     if (!w.cut_if.empty()) argv.insert(argv.end(), {"--cut-if", w.cut_if});
     ps.push_back(kinet::test::spawn(argv, {"KINET_SOCKET_IFNAME=" + w.ifname[r],
                                            "KINET_EMU_PEER_TIMEOUT_MS=" + std::to_string(kPeerTimeoutMs)}));
@@ -90,7 +94,8 @@ void remote_errors(const Where& w) {
 }
 
 // The requester's view of a lost peer: the documented error, within `max_ms`.
-void expect_lost(const std::vector<kinet::test::Proc>& ps, const std::string& why, long min_ms, long max_ms) {
+void expect_lost(const Where& w, const std::vector<kinet::test::Proc>& ps, const std::string& why, long min_ms,
+                 long max_ms) {
   const std::string& out = ps[0].out;
   SCOPED_TRACE("requester printed:\n" + out + "responder printed:\n" + ps[1].out);
   EXPECT_FALSE(ps[0].timed_out);
@@ -103,7 +108,7 @@ void expect_lost(const std::vector<kinet::test::Proc>& ps, const std::string& wh
   EXPECT_EQ(status, st(Status::TransportRetryExceeded));
   EXPECT_GE(ms, min_ms);
   EXPECT_LE(ms, max_ms);
-  for (const char* p : {"RDMA_WRITE 4096 B: peer emu node 0x", " at tcp ", " lost: "})
+  for (const std::string p : {std::string("RDMA_WRITE 4096 B: peer emu node 0x"), " at " + w.via + " ", std::string(" lost: ")})
     EXPECT_NE(l.find(p), std::string::npos) << "no \"" << p << "\" in " << l;
   EXPECT_NE(l.find(why), std::string::npos) << "no \"" << why << "\" in " << l;
   EXPECT_EQ(find_line(out, "STATE "), "ERROR");
@@ -115,32 +120,41 @@ void kill_peer(const Where& w) {
   auto ps = run_pair(w, "kill", 60s);
   EXPECT_EQ(ps[1].exit_code, 128 + SIGKILL) << ps[1].out;
   // EOF or reset is seen at once: well within the peer timeout.
-  expect_lost(ps, "", 0, kPeerTimeoutMs);
+  expect_lost(w, ps, "", 0, kPeerTimeoutMs);
 }
 
-Where loopback() {
-  Where w;
-  w.ifname[0] = w.ifname[1] = "=lo";
-  return w;
-}
+// The transport under test; on loopback auto takes shm (same boot, same
+// network namespace).
+class FabricLoopback : public ::testing::TestWithParam<const char*> {
+ protected:
+  Where w() const {
+    Where w;
+    w.fabric = GetParam();
+    w.via = w.fabric == "tcp" ? "tcp" : "shm";
+    w.ifname[0] = w.ifname[1] = "=lo";
+    return w;
+  }
+};
+std::string name_of(const ::testing::TestParamInfo<const char*>& i) { return i.param; }
 
-TEST(FabricLoopback, EveryOperationVerified) { every_operation(loopback()); }
-TEST(FabricLoopback, RemoteErrorsAreExactSyndromes) { remote_errors(loopback()); }
-TEST(FabricLoopback, KillNineOfThePeer) { kill_peer(loopback()); }
+TEST_P(FabricLoopback, EveryOperationVerified) { every_operation(w()); }
+TEST_P(FabricLoopback, RemoteErrorsAreExactSyndromes) { remote_errors(w()); }
+TEST_P(FabricLoopback, KillNineOfThePeer) { kill_peer(w()); }
 // A peer that stops (SIGSTOP) keeps its connection but answers nothing: the
 // error comes after KINET_EMU_PEER_TIMEOUT_MS, not before (the receiver
 // checks at least every 100 ms).
-TEST(FabricLoopback, StalledPeerEndsInThePeerTimeout) {
-  auto ps = run_pair(loopback(), "stall", 60s);
+TEST_P(FabricLoopback, StalledPeerEndsInThePeerTimeout) {
+  auto ps = run_pair(w(), "stall", 60s);
   EXPECT_EQ(ps[1].exit_code, 128 + SIGKILL) << ps[1].out;
-  expect_lost(ps, "lost: timeout after " + std::to_string(kPeerTimeoutMs) + " ms waiting for a response",
+  expect_lost(w(), ps, "lost: timeout after " + std::to_string(kPeerTimeoutMs) + " ms waiting for a response",
               kPeerTimeoutMs - 100, kPeerTimeoutMs + 3000);
 }
+INSTANTIATE_TEST_SUITE_P(Transport, FabricLoopback, ::testing::Values("tcp", "shm", "auto"), name_of);
 
 // ---- two namespaces ---------------------------------------------------------
 bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
 
-class FabricNetns : public ::testing::Test {
+class FabricNetns : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     const std::string tag = std::to_string(getpid());
@@ -162,6 +176,8 @@ class FabricNetns : public ::testing::Test {
     w_.prefix[1] = {ip, "netns", "exec", ns_b_};
     w_.ifname[0] = "=" + if_a_;
     w_.ifname[1] = "=" + if_b_;
+    w_.fabric = GetParam();
+    w_.via = "tcp";  // auto: another network namespace is another host
   }
   void TearDown() override {
     if (made_a_) sh("ip netns del " + ns_a_);  // deletes the veth pair too
@@ -172,16 +188,35 @@ class FabricNetns : public ::testing::Test {
   Where w_;
 };
 
-TEST_F(FabricNetns, EveryOperationVerified) { every_operation(w_); }
-TEST_F(FabricNetns, KillNineOfThePeer) { kill_peer(w_); }
-TEST_F(FabricNetns, LinkCutEndsInThePeerTimeout) {
+TEST_P(FabricNetns, EveryOperationVerified) { every_operation(w_); }
+TEST_P(FabricNetns, KillNineOfThePeer) { kill_peer(w_); }
+TEST_P(FabricNetns, LinkCutEndsInThePeerTimeout) {
   w_.cut_if = if_b_;
   auto ps = run_pair(w_, "cut", 60s);
   expect_ok(ps);
   // No RST crosses a link that is down: the answer's absence is noticed after
   // KINET_EMU_PEER_TIMEOUT_MS (a little more: the receiver wakes every 100 ms).
-  expect_lost(ps, "lost: timeout after " + std::to_string(kPeerTimeoutMs) + " ms waiting for a response",
+  expect_lost(w_, ps, "lost: timeout after " + std::to_string(kPeerTimeoutMs) + " ms waiting for a response",
               kPeerTimeoutMs - 100, kPeerTimeoutMs + 3000);
 }
+INSTANTIATE_TEST_SUITE_P(Transport, FabricNetns, ::testing::Values("tcp", "auto"), name_of);
+
+// Shared memory reaches only processes of one network namespace: each side's
+// to_rtr refuses the other's shm-only endpoint (NotFound, saying why).
+class FabricNetnsShm : public FabricNetns {};
+TEST_P(FabricNetnsShm, AnotherNamespaceIsNotFound) {
+  auto ps = run_pair(w_, "ops", 60s);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " printed:\n" + ps[r].out);
+    EXPECT_FALSE(ps[r].timed_out);
+    EXPECT_EQ(ps[r].exit_code, 3);
+    const std::string l = last_line(ps[r].out);
+    EXPECT_EQ(l.rfind("ERROR not found ", 0), 0u) << l;
+    for (const char* p : {": to_rtr: can't reach peer emu node 0x", "no transport in common: this NIC is on the shm "
+                          "fabric, and the peer is on another host (host ", "; this process: host "})
+      EXPECT_NE(l.find(p), std::string::npos) << "no \"" << p << "\" in " << l;
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Transport, FabricNetnsShm, ::testing::Values("shm"), name_of);
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fabric/endpoint.hpp"
 #include "kinet/kinet.hpp"
 #include "providers/emu/decode.hpp"
 #include "providers/emu/prm.hpp"
@@ -174,8 +175,9 @@ struct Nic {
   // KINET_EMU_RELAXED != 0, read when the engine starts: relaxed execution (engine.cpp).
   bool relaxed = false;
   // On the cross-process fabric (DeviceOptions::emu_fabric, KINET_EMU_FABRIC):
-  // its QPs' info carries the process's endpoint. Set at open.
+  // its QPs' info carries the process's endpoint for `via`. Set at open.
   bool cross_process = false;
+  fabric::Via via = fabric::Via::Tcp;
 
   bool lookup_mr(uint32_t key, MrEntry* out);
   std::shared_ptr<EmuQp> find_qp(uint32_t qpn);

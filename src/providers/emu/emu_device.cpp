@@ -103,6 +103,12 @@ class EmuMr final : public MemoryRegion {
   MemoryKind kind() const override { return e_.kind; }
   uint32_t lkey_value() const override { return key_; }
   uint32_t rkey_value() const override { return key_; }
+  RemoteKey remote_key() const override {
+    RemoteKey k = MemoryRegion::remote_key();
+    k.provider = 1;
+    k.node = nic_->node;
+    return k;
+  }
 
  private:
   IdLease lease_;  // destroyed last: the key index is free only once the key is gone
@@ -142,7 +148,7 @@ class EmuQueuePair final : public QueuePair {
     i.psn = 0;
     i.mtu = 5;  // 4096
     i.port = 1;
-    if (qp_->nic->cross_process) i.endpoint = remote().endpoint();
+    if (qp_->nic->cross_process) i.endpoint = remote().endpoint(qp_->nic->via);
     return i;
   }
   void to_init(uint32_t remote_access) override {
@@ -180,7 +186,7 @@ class EmuQueuePair final : public QueuePair {
                                              " is not on the cross-process fabric to reach it at " + r.endpoint +
                                              " (DeviceOptions::emu_fabric, KINET_EMU_FABRIC=tcp)");
       try {
-        peer = remote().peer(r.endpoint);
+        peer = remote().peer(r.endpoint, qp_->nic->via);
       } catch (const Error& e) {
         throw Error(e.code(), name() + ": to_rtr: can't reach peer emu node " + hex(r.node) + ": " + e.what());
       }
@@ -610,17 +616,30 @@ void check_id_limits(const std::string& who, const DeviceOptions& opt) {
 }
 
 namespace {
-// DeviceOptions::emu_fabric, FromEnv resolved through KINET_EMU_FABRIC.
-bool cross_process(const std::string& who, const DeviceOptions& opt) {
-  if (opt.emu_fabric == DeviceOptions::Fabric::Tcp) return true;
-  if (opt.emu_fabric == DeviceOptions::Fabric::Local) return false;
-  if (opt.emu_fabric != DeviceOptions::Fabric::FromEnv)
-    throw Error(ErrorCode::InvalidArgument, who + ": open: emu_fabric " +
-                                                std::to_string(static_cast<int>(opt.emu_fabric)) + " is unknown");
-  const std::string v = env::get_str("KINET_EMU_FABRIC", "local");
-  if (v == "tcp") return true;
-  if (v == "local") return false;
-  throw Error(ErrorCode::InvalidArgument, who + ": open: KINET_EMU_FABRIC=" + v + " is neither tcp nor local");
+// DeviceOptions::emu_fabric, FromEnv resolved through KINET_EMU_FABRIC:
+// false for local, else true and the transports in *via.
+bool cross_process(const std::string& who, const DeviceOptions& opt, fabric::Via* via) {
+  using F = DeviceOptions::Fabric;
+  F f = opt.emu_fabric;
+  if (f == F::FromEnv) {
+    const std::string v = env::get_str("KINET_EMU_FABRIC", "local");
+    if (v == "tcp") f = F::Tcp;
+    else if (v == "shm") f = F::Shm;
+    else if (v == "auto") f = F::Auto;
+    else if (v == "local") f = F::Local;
+    else
+      throw Error(ErrorCode::InvalidArgument,
+                  who + ": open: KINET_EMU_FABRIC=" + v + " is none of local, tcp, shm, auto");
+  }
+  switch (f) {
+    case F::Local: return false;
+    case F::Tcp: *via = fabric::Via::Tcp; return true;
+    case F::Shm: *via = fabric::Via::Shm; return true;
+    case F::Auto: *via = fabric::Via::Auto; return true;
+    default: break;
+  }
+  throw Error(ErrorCode::InvalidArgument,
+              who + ": open: emu_fabric " + std::to_string(static_cast<int>(opt.emu_fabric)) + " is unknown");
 }
 }  // namespace
 
@@ -642,11 +661,11 @@ std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& 
     nic->mr_ids.limit = opt.emu_max_mr;
     nic->mr_ids.first_gen = nic->key_tag;  // keys of different NICs differ
     nic->qp_ids.limit = opt.emu_max_qp;
-    nic->cross_process = cross_process(who, opt);
+    nic->cross_process = cross_process(who, opt, &nic->via);
     fabric().attach(nic, name);
     try {
       nic->attr.name = nic->name;
-      if (nic->cross_process) remote().join(nic);
+      if (nic->cross_process) remote().join(nic, nic->via);
     } catch (...) {
       fabric().detach(nic->node);
       throw;
