@@ -34,6 +34,10 @@ class Link {
   // malformed header or a frame over max_frame (the link is then closed: a
   // byte stream can't resynchronise).
   virtual bool recv(std::vector<uint8_t>& out, Clock::time_point deadline) = 0;
+  // True when bytes of a next frame were already read ahead, so recv() with
+  // a deadline of now may return it without a syscall. Links that don't read
+  // ahead say false (then callers send what they batched at once).
+  virtual bool buffered() const { return false; }
   // Closes both directions; blocked and later send/recv throw "peer lost".
   virtual void close() = 0;
   // "tcp 192.0.2.2:41234", "shm pid 1234": for messages.

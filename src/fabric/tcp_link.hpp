@@ -33,7 +33,7 @@ class TcpLink final : public Link {
   const std::string& peer_name() const override { return peer_; }
   // True when bytes of a next frame were already read ahead (no syscall):
   // a receiver may then take that frame before doing anything else.
-  bool buffered() const { return ra_pos_ < ra_end_; }
+  bool buffered() const override { return ra_pos_ < ra_end_; }
 
  private:
   bs::Fd fd_;
