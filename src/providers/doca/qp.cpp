@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/cuda_shim.hpp"
+#include "core/qp_checks.hpp"
 #include "kinet/mlx5/wire.hpp"
 #include "providers/doca/objects.hpp"
 
@@ -59,17 +60,7 @@ class Qp final : public QueuePair {
   }
   QpInfo info() const override {
     s_->check_open(who(), "info");
-    QpInfo i{};
-    i.magic = QpInfo::kMagic;
-    i.version = 1;
-    i.provider = 2;  // the wire is ConnectX RC: an mlx5 peer in either mode
-    for (int k = 0; k < 8; ++k) i.node = i.node << 8 | s_->port.gid[k];
-    std::memcpy(i.gid, s_->port.gid, 16);
-    i.qpn = qpn_;
-    i.lid = s_->port.lid;
-    i.mtu = s_->port.active_mtu;
-    i.port = 1;
-    return i;
+    return mlx5::host::qp_info(s_->port, qpn_);
   }
   void to_init(uint32_t remote_access) override {
     s_->check_open(who(), "to_init");
@@ -92,14 +83,7 @@ class Qp final : public QueuePair {
   }
   void to_rtr(const QpInfo& r) override {
     s_->check_open(who(), "to_rtr");
-    try {
-      r.validate();
-    } catch (const Error& e) {
-      throw Error(e.code(), who() + ": to_rtr: remote " + e.what());
-    }
-    if (r.provider != 2)
-      throw Error(ErrorCode::NotSupported, who() + ": to_rtr: remote QP belongs to provider " +
-                                               std::to_string(r.provider) + ", a ConnectX QP connects only to mlx5");
+    kinet::detail::check_remote_qp(who(), r, 2, "a ConnectX QP connects only to mlx5");
     const uint8_t mtu = std::min(r.mtu, s_->port.active_mtu);  // IB enum 1..5; DOCA's is 0..4
     modify(QpState::Init, api::kQpRtr, "to_rtr", [&](Obj a) {
       const api::Fns& f = s_->f();
@@ -163,8 +147,7 @@ class Qp final : public QueuePair {
     h.cq.dbrec = cq_ci_dbr_;
     h.cq.log_n = log_n_;
     h.cq.cqn = cqn_;
-    constexpr uint64_t kMaxMs = std::numeric_limits<uint64_t>::max() / 1000000ull;
-    h.timeout_ns = cfg_.timeout_ms > kMaxMs ? std::numeric_limits<uint64_t>::max() : cfg_.timeout_ms * 1000000ull;
+    h.timeout_ns = mlx5::host::timeout_ns(cfg_.timeout_ms);
     h.log_n = log_n_;
     h.qpn = qpn_;
     h.qpn_be8 = kinet::detail::bswap32_constexpr(qpn_ << 8);
@@ -174,22 +157,7 @@ class Qp final : public QueuePair {
     return h;
   }
   std::string last_error() const override {
-    dev::SqState st{};
-    st.error_status = std::atomic_ref<int32_t>(state_->error_status).load(std::memory_order_acquire);
-    if (st.error_status != 0) {
-      st.error_wqe = state_->error_wqe;
-      st.error_syndrome = state_->error_syndrome;
-      st.error_vendor_syndrome = state_->error_vendor_syndrome;
-    }
-    st.local_error = std::atomic_ref<uint8_t>(state_->local_error).load(std::memory_order_acquire);
-    if (st.error_status != 0)
-      return "WQE " + std::to_string(st.error_wqe) + ": " + status_string(static_cast<Status>(st.error_status)) +
-             ", CQE syndrome " + hex(st.error_syndrome) + ", vendor syndrome " + hex(st.error_vendor_syndrome) +
-             ", on " + s_->name() + " QP " + hex(qpn_);
-    if (st.local_error != 0)
-      return std::string("device verbs: ") + status_string(static_cast<Status>(st.local_error)) + " (status " +
-             std::to_string(st.local_error) + ")";
-    return {};
+    return mlx5::host::last_error_text(state_, false, s_->name(), qpn_);
   }
 
  private:
@@ -323,11 +291,7 @@ class Qp final : public QueuePair {
   // RESET contents: records and posting state zero, every CQE invalid with
   // owner 1 so the first lap (owner 0) is recognised.
   void init_rings() {
-    const size_t n = cfg_.sq_depth;
-    std::memset(block_ + lay_.qp_dbr, 0, 8);
-    std::memset(block_ + lay_.cq_dbr, 0, 8);
-    std::memset(block_ + lay_.cq, 0, n * kCqeSize);
-    for (size_t i = 0; i < n; ++i) block_[lay_.cq + i * kCqeSize + 63] = kCqeInitOpOwn;
+    mlx5::host::clear_rings(block_, lay_.cq, lay_.qp_dbr, lay_.cq_dbr, cfg_.sq_depth);
     const dev::SqState zero{};
     std::memcpy(state_, &zero, sizeof zero);
   }
