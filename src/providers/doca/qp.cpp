@@ -11,28 +11,16 @@
 namespace kinet::doca::detail {
 namespace {
 using namespace kinet::mlx5;  // wire constants (WQE BB, CQE) and Cqe64
+using mlx5::host::RingLayout;
 
 constexpr uint8_t kRetry = 7, kRnrRetry = 7, kAckTimeout = 14, kMinRnrNak = 12;
 constexpr uint8_t kRdAtomic = 16;  // outstanding reads/atomics per QP (ConnectX reports 16)
-
-// The QP's block: [0, n*64) send ring, [n*64, 2n*64) CQ, then the CQ doorbell
-// record where DOCA puts it for a CQ on external UMEM (right after the ring,
-// cache-line aligned: doca_verbs_cq.cpp of NVIDIA-DOCA/gpunetio), then the QP's.
-struct Layout {
-  size_t sq = 0, cq = 0, cq_dbr = 0, qp_dbr = 0, bytes = 0;
-  explicit Layout(uint32_t n) {
-    cq = size_t(n) * kSendWqeBB;
-    cq_dbr = cq + size_t(n) * kCqeSize;
-    qp_dbr = cq_dbr + 64;
-    bytes = qp_dbr + 64;
-  }
-};
 
 class Qp final : public QueuePair {
  public:
   Qp(std::shared_ptr<PdRes> pd, const QpConfig& cfg) : pd_(std::move(pd)), s_(pd_->s), cfg_(cfg) {
     log_n_ = log2u(cfg.sq_depth);
-    lay_ = Layout(cfg.sq_depth);
+    lay_ = RingLayout(cfg.sq_depth, true);  // the CQ's record where DOCA puts it
     state_ = static_cast<dev::SqState*>(cuda::alloc_pinned(sizeof(dev::SqState)));
     try {
       block_ = static_cast<uint8_t*>(cuda::alloc_pinned(lay_.bytes));
@@ -165,7 +153,7 @@ class Qp final : public QueuePair {
   std::shared_ptr<Shared> s_;
   QpConfig cfg_;
   uint32_t log_n_ = 0;
-  Layout lay_{2};
+  RingLayout lay_{2, true};
   uint8_t* block_ = nullptr;
   dev::SqState* state_ = nullptr;
   Obj umem_ = nullptr, uar_ = nullptr, cq_ = nullptr, qp_ = nullptr, ah_ = nullptr;
@@ -291,7 +279,7 @@ class Qp final : public QueuePair {
   // RESET contents: records and posting state zero, every CQE invalid with
   // owner 1 so the first lap (owner 0) is recognised.
   void init_rings() {
-    mlx5::host::clear_rings(block_, lay_.cq, lay_.qp_dbr, lay_.cq_dbr, cfg_.sq_depth);
+    mlx5::host::clear_rings(block_, lay_, cfg_.sq_depth);
     const dev::SqState zero{};
     std::memcpy(state_, &zero, sizeof zero);
   }

@@ -145,14 +145,32 @@ inline QpInfo qp_info(const PortInfo& port, uint32_t qpn) {
   return i;
 }
 
-// A ring block's RESET contents (offsets into `block`, n CQEs): both doorbell
-// records zero, every CQE invalid with owner 1 so the first lap (owner 0) is
-// recognised. The posting state is the caller's (it may be in GPU memory).
-inline void clear_rings(uint8_t* block, size_t cq, size_t qp_dbr, size_t cq_dbr, uint32_t n) {
-  std::memset(block + qp_dbr, 0, 8);
-  std::memset(block + cq_dbr, 0, 8);
-  std::memset(block + cq, 0, size_t(n) * kCqeSize);
-  for (size_t i = 0; i < n; ++i) block[cq + i * kCqeSize + 63] = kCqeInitOpOwn;
+// A QP's block of pinned host memory, registered as one UMEM:
+//   [0, n*64)       send ring
+//   [n*64, 2n*64)   CQ (n CQEs: one per send slot at most)
+//   then the two doorbell records, 64 B apart: the QP's ([1] = send counter)
+//   first, or with cq_dbr_first the CQ's ([0] = consumer index) first, where
+//   DOCA puts it for a CQ on external UMEM (right after the ring:
+//   doca_verbs_cq.cpp of NVIDIA-DOCA/gpunetio).
+struct RingLayout {
+  size_t sq = 0, cq = 0, qp_dbr = 0, cq_dbr = 0, bytes = 0;
+  RingLayout(uint32_t n, bool cq_dbr_first) {
+    cq = size_t(n) * kSendWqeBB;
+    const size_t records = cq + size_t(n) * kCqeSize;
+    qp_dbr = cq_dbr_first ? records + 64 : records;
+    cq_dbr = cq_dbr_first ? records : records + 64;
+    bytes = records + 128;
+  }
+};
+
+// The block's RESET contents (n slots): both doorbell records zero, every CQE
+// invalid with owner 1 so the first lap (owner 0) is recognised. The posting
+// state is the caller's (it may be in GPU memory).
+inline void clear_rings(uint8_t* block, const RingLayout& lay, uint32_t n) {
+  std::memset(block + lay.qp_dbr, 0, 8);
+  std::memset(block + lay.cq_dbr, 0, 8);
+  std::memset(block + lay.cq, 0, size_t(n) * kCqeSize);
+  for (size_t i = 0; i < n; ++i) block[lay.cq + i * kCqeSize + 63] = kCqeInitOpOwn;
 }
 
 // QpHandle::timeout_ns of QpConfig::timeout_ms, saturating.

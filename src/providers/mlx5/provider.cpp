@@ -65,25 +65,11 @@ struct PdRes {
   }
 };
 
-// One block of pinned host memory per QP, registered as one UMEM:
-//   [0, n*64)         send ring
-//   [n*64, 2n*64)     CQ (n CQEs: the engine's and the verbs' one CQE per slot)
-//   +0 / +64          QP doorbell record ([1] = send counter) / CQ doorbell record ([0] = consumer index)
-struct Layout {
-  size_t sq = 0, cq = 0, qp_dbr = 0, cq_dbr = 0, bytes = 0;
-  explicit Layout(uint32_t n) {
-    cq = size_t(n) * kSendWqeBB;
-    qp_dbr = cq + size_t(n) * kCqeSize;
-    cq_dbr = qp_dbr + 64;
-    bytes = cq_dbr + 64;
-  }
-};
-
 class Qp final : public QueuePair {
  public:
   Qp(std::shared_ptr<PdRes> pd, const QpConfig& cfg) : pd_(std::move(pd)), s_(pd_->s), cfg_(cfg) {
     log_n_ = log2u(cfg.sq_depth);
-    lay_ = Layout(cfg.sq_depth);
+    lay_ = host::RingLayout(cfg.sq_depth, false);
     if (cfg.posters == Posters::Gpu) {
       if (!cuda::available())
         throw Error(ErrorCode::NotSupported, s_->name() + ": create_qp: posters == Gpu needs a GPU");
@@ -242,7 +228,7 @@ class Qp final : public QueuePair {
   std::shared_ptr<Shared> s_;
   QpConfig cfg_;
   uint32_t log_n_ = 0;
-  Layout lay_{2};
+  host::RingLayout lay_{2, false};
   uint8_t* block_ = nullptr;
   dev::SqState* state_ = nullptr;
   bool state_on_gpu_ = false;
@@ -279,7 +265,7 @@ class Qp final : public QueuePair {
   // RESET contents: records and posting state zero, every CQE invalid with
   // owner 1 so the first lap (owner 0) is recognised.
   void init_rings() {
-    host::clear_rings(block_, lay_.cq, lay_.qp_dbr, lay_.cq_dbr, cfg_.sq_depth);
+    host::clear_rings(block_, lay_, cfg_.sq_depth);
     const dev::SqState zero{};
     if (state_on_gpu_) cuda::copy(state_, &zero, sizeof zero);
     else std::memcpy(state_, &zero, sizeof zero);
