@@ -22,16 +22,6 @@ Fault copy_fault(const CopyResult& r, bool local_side) {
   return {r.cuda ? kSynRemoteOp : kSynRemoteAccess, "remote memory: " + r.why};
 }
 
-const char* kind_name(OpKind k) {
-  switch (k) {
-    case OpKind::Write: return "WRITE";
-    case OpKind::Read: return "READ";
-    case OpKind::FetchAdd: return "FETCH_ADD";
-    case OpKind::CompareSwap: return "COMPARE_SWAP";
-  }
-  return "?";
-}
-
 // The operation's own shape (what decode() guarantees for wire requests; an
 // in-process caller is checked the same way).
 Fault check_shape(const Request& rq, const RequesterBuffers& rb) {
@@ -40,9 +30,10 @@ Fault check_shape(const Request& rq, const RequesterBuffers& rb) {
     return {kSynRemoteInvalReq, "unknown operation kind " + std::to_string(k)};
   const bool atomic = rq.kind == OpKind::FetchAdd || rq.kind == OpKind::CompareSwap;
   if (atomic && rq.len != 8)
-    return {kSynRemoteInvalReq, std::string(kind_name(rq.kind)) + " of " + std::to_string(rq.len) +
+    return {kSynRemoteInvalReq, std::string(op_kind_name(rq.kind)) + " of " + std::to_string(rq.len) +
                                     " bytes (atomics are 8 bytes)"};
-  if (atomic && !rb.old_value) return {kSynRemoteInvalReq, std::string(kind_name(rq.kind)) + " without a result buffer"};
+  if (atomic && !rb.old_value)
+    return {kSynRemoteInvalReq, std::string(op_kind_name(rq.kind)) + " without a result buffer"};
   if (rq.kind == OpKind::Write && rq.len && !rq.payload)
     return {kSynRemoteInvalReq, "WRITE of " + std::to_string(rq.len) + " bytes without its payload"};
   if (rq.kind == OpKind::Read && rq.len && !rb.read_dst)

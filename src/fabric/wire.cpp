@@ -66,16 +66,6 @@ bool is_printable(const uint8_t* p, size_t n, size_t* bad) {
   return true;
 }
 
-const char* kind_name(OpKind k) {
-  switch (k) {
-    case OpKind::Write: return "WRITE";
-    case OpKind::Read: return "READ";
-    case OpKind::FetchAdd: return "FETCH_ADD";
-    case OpKind::CompareSwap: return "COMPARE_SWAP";
-  }
-  return "?";
-}
-
 bool decode_hello(const uint8_t* b, uint32_t len, Hello* h, std::string* why) {
   if (len < kHelloFixed)
     return fail(why, "hello: body of " + num(len) + " bytes is shorter than its fixed part (" + num(kHelloFixed) + ")");
@@ -120,7 +110,7 @@ bool decode_request(const uint8_t* b, uint32_t len, Request* r, std::string* why
   r->kind = static_cast<OpKind>(kind);
   if (r->from_qpn > 0xffffff) return fail(why, "request: from_qpn " + hex(r->from_qpn) + " exceeds 24 bits");
   if (r->to_qpn > 0xffffff) return fail(why, "request: to_qpn " + hex(r->to_qpn) + " exceeds 24 bits");
-  const std::string what = std::string("request: ") + kind_name(r->kind);
+  const std::string what = std::string("request: ") + op_kind_name(r->kind);
   const bool atomic = r->kind == OpKind::FetchAdd || r->kind == OpKind::CompareSwap;
   if (atomic) {
     if (r->len != 8) return fail(why, what + " len " + num(r->len) + " (atomics are 8 bytes)");
@@ -168,6 +158,16 @@ bool decode_response(const uint8_t* b, uint32_t len, Response* r, std::string* w
 }
 
 }  // namespace
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::Write: return "WRITE";
+    case OpKind::Read: return "READ";
+    case OpKind::FetchAdd: return "FETCH_ADD";
+    case OpKind::CompareSwap: return "COMPARE_SWAP";
+  }
+  return "?";
+}
 
 void encode(const Hello& h, std::vector<uint8_t>& out) {
   assert(h.name.size() <= kMaxName && h.max_frame >= kMaxFrame && h.max_frame <= kMaxFrameCeiling);

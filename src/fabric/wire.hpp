@@ -58,6 +58,8 @@ enum class FrameType : uint8_t { Hello = 1, Request = 2, Response = 3 };
 
 // Operation kinds, as they travel (values are the wire's, not the PRM's).
 enum class OpKind : uint8_t { Write = 1, Read = 2, FetchAdd = 3, CompareSwap = 4 };
+// "WRITE", "READ", "FETCH_ADD", "COMPARE_SWAP"; "?" for a value outside the enum.
+const char* op_kind_name(OpKind k);
 
 struct Hello {
   uint64_t process_id = 0;  // random per process: tells a reconnect from a new peer

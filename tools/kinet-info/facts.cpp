@@ -16,12 +16,12 @@
 #include <string>
 
 #include "diagnose.hpp"
+#include "dl.hpp"
 #include "providers/mlx5/provider.hpp"
 
 namespace kinet::info {
 namespace {
 
-template <class F> F sym(void* lib, const char* name) { return reinterpret_cast<F>(dlsym(lib, name)); }
 bool exists(const char* p) { return access(p, F_OK) == 0; }
 
 void collect_gpus(Facts& f) {

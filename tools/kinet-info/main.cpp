@@ -18,6 +18,7 @@
 #include "core/env.hpp"
 #include "core/provider.hpp"
 #include "diagnose.hpp"
+#include "dl.hpp"
 #include "kinet/kinet.hpp"
 
 #ifndef KINET_INFO_VERSION
@@ -29,17 +30,8 @@ extern char** environ;
 namespace {
 using json = nlohmann::ordered_json;
 
-void* open_first(const std::vector<const char*>& names, std::string* which) {
-  for (const char* n : names) {
-    if (void* h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) {
-      *which = n;
-      return h;
-    }
-  }
-  return nullptr;
-}
-
-template <class F> F sym(void* lib, const char* name) { return reinterpret_cast<F>(dlsym(lib, name)); }
+using kinet::info::open_first;
+using kinet::info::sym;
 
 std::string version_str(int v) {  // CUDA encodes 1000*major + 10*minor
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);

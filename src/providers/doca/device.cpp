@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/cuda_shim.hpp"
+#include "core/qp_checks.hpp"
 #include "providers/doca/objects.hpp"
 #include "providers/emu/devx_nic.hpp"
 
@@ -15,84 +16,16 @@ using namespace detail;
 constexpr uint32_t kMaxLogSq = 15;      // the device verbs' ring index arithmetic (as the mlx5 provider)
 constexpr uint32_t kMaxMsg = 1u << 30;  // the device verbs carry at most 2^30 bytes per WQE
 
-class Mr final : public MemoryRegion {
- public:
-  Mr(std::shared_ptr<PdRes> pd, ibv_mr* mr, void* addr, size_t len, uint32_t access, MemoryKind kind, uint32_t lkey,
-     uint32_t rkey)
-      : pd_(std::move(pd)), mr_(mr), addr_(addr), len_(len), access_(access), kind_(kind), lkey_(lkey), rkey_(rkey) {}
-  ~Mr() override {
-    std::lock_guard<std::mutex> g(pd_->s->mu);
-    if (const int rc = pd_->s->be.verbs->dereg_mr(mr_); rc != 0)
-      KINET_LOG(Error, "%s: deregistering key %s failed (%s)", pd_->s->name().c_str(), hex(lkey_).c_str(),
-                errno_text(rc).c_str());
-  }
-  void* addr() const override { return addr_; }
-  size_t length() const override { return len_; }
-  uint32_t access() const override { return access_; }
-  MemoryKind kind() const override { return kind_; }
-  uint32_t lkey_value() const override { return lkey_; }
-  uint32_t rkey_value() const override { return rkey_; }
-
- private:
-  std::shared_ptr<PdRes> pd_;
-  ibv_mr* mr_;
-  void* addr_;
-  size_t len_;
-  uint32_t access_;
-  MemoryKind kind_;
-  uint32_t lkey_, rkey_;
-};
-
 class Pd final : public ProtectionDomain {
  public:
   explicit Pd(std::shared_ptr<PdRes> pd) : pd_(std::move(pd)) {}
   std::unique_ptr<MemoryRegion> reg_mr(void* addr, size_t len, uint32_t access) override {
-    Shared& s = *pd_->s;
-    s.check_open(s.name(), "reg_mr");
-    const uint64_t a = reinterpret_cast<uint64_t>(addr);
-    const std::string range = "[" + hex(a) + ", +" + std::to_string(len) + ")";
-    if (!addr || len == 0) throw Error(ErrorCode::InvalidArgument, s.name() + ": reg_mr: empty range " + range);
-    if (access & ~uint32_t(kAccessAll))
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": reg_mr: unknown access bits " + hex(access));
-    if ((access & (kRemoteWrite | kRemoteAtomic)) && !(access & kLocalWrite))
-      throw Error(ErrorCode::InvalidArgument,
-                  s.name() + ": reg_mr: remote write or atomic access requires local write (as in ibv_reg_mr)");
-    if (len - 1 > std::numeric_limits<uint64_t>::max() - a)
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": reg_mr: " + range + " wraps the address space");
-    const MemoryKind kind = cuda::pointer_kind(addr);
-    uint32_t lkey = 0, rkey = 0;
-    ibv_mr* mr = nullptr;
-    {
-      std::lock_guard<std::mutex> g(s.mu);
-      mr = s.be.verbs->reg_mr(pd_->pd, addr, len, access, &lkey, &rkey);
-    }
-    if (!mr) {
-      const int err = errno;
-      const ErrorCode code = err == ENOMEM       ? ErrorCode::ResourceExhausted
-                             : err == EOPNOTSUPP ? ErrorCode::NotSupported
-                                                 : ErrorCode::InvalidArgument;
-      throw Error(code, s.name() + ": reg_mr: " + range + " was refused (" + errno_text(err) + ")");
-    }
-    return std::make_unique<Mr>(pd_, mr, addr, len, access, kind, lkey, rkey);
+    return mlx5::host::register_mr(pd_, addr, len, access);
   }
   std::unique_ptr<QueuePair> create_qp(const QpConfig& in) override {
     Shared& s = *pd_->s;
     s.check_open(s.name(), "create_qp");
-    QpConfig cfg = in;
-    const uint32_t max_wr = s.attr.max_qp_wr;
-    if (!is_pow2(cfg.sq_depth) || cfg.sq_depth < 2 || cfg.sq_depth > max_wr)
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": create_qp: sq_depth " + std::to_string(cfg.sq_depth) +
-                                                  " must be a power of two in [2, " + std::to_string(max_wr) + "]");
-    if (cfg.signal_period == 0) cfg.signal_period = cfg.sq_depth >= 4 ? cfg.sq_depth / 4 : 1;
-    if (!is_pow2(cfg.signal_period) || cfg.signal_period > cfg.sq_depth / 2)
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": create_qp: signal_period " +
-                                                  std::to_string(cfg.signal_period) +
-                                                  " must be a power of two <= sq_depth/2");
-    if (cfg.max_msg > s.attr.max_msg)
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": create_qp: max_msg " + std::to_string(cfg.max_msg) +
-                                                  " exceeds the device's max_msg " + std::to_string(s.attr.max_msg));
-    if (cfg.max_msg == 0) cfg.max_msg = s.attr.max_msg;
-    if (cfg.timeout_ms == 0) cfg.timeout_ms = default_timeout_ms();
+    const QpConfig cfg = kinet::detail::checked_qp_config(s.name(), in, s.attr.max_qp_wr, s.attr.max_msg);
     if (cfg.rings == RingPlacement::Gpu || cfg.posters == Posters::Gpu)
       throw Error(ErrorCode::NotSupported,
                   s.name() + ": create_qp: GPU rings and GPU posters are not wired in DOCA SDK mode yet "
@@ -114,12 +47,7 @@ class DocaDevice final : public Device {
     s_->check_open(s_->name(), "alloc_pd");
     auto res = std::make_shared<PdRes>();
     std::lock_guard<std::mutex> g(s_->mu);
-    res->pd = s_->be.verbs->alloc_pd(s_->be.ctx, &res->pdn);
-    if (!res->pd) {
-      const int err = errno;
-      throw Error(err == ENOMEM ? ErrorCode::ResourceExhausted : ErrorCode::System,
-                  s_->name() + ": alloc_pd failed (" + errno_text(err) + ")");
-    }
+    res->pd = mlx5::host::alloc_pd(*s_->be.verbs, s_->be.ctx, &res->pdn, s_->name());
     res->s = s_;
     const api::Fns& f = s_->f();
     const std::string who = s_->name() + " PD " + std::to_string(res->pdn);
@@ -148,10 +76,7 @@ std::unique_ptr<Device> open_device(std::shared_ptr<const Sdk> sdk, const Backen
   std::lock_guard<std::mutex> g(s->mu);
   const api::Fns& f = s->f();
   const std::string who = b.name + ": open in DOCA SDK mode";
-  if (const int rc = b.verbs->query_port(b.ctx, 1, &s->port); rc != 0)
-    throw Error(ErrorCode::System, who + ": querying port 1 failed (" + errno_text(rc) + ")");
-  if (s->port.active_mtu < 1 || s->port.active_mtu > 5)
-    throw Error(ErrorCode::System, who + ": port 1 reports MTU code " + std::to_string(s->port.active_mtu));
+  mlx5::host::query_port1(*b.verbs, b.ctx, &s->port, who);
   s->check(f.verbs_context_import(b.ctx, 0, &s->vctx), "doca_verbs_bridge_verbs_context_import", b.name);
   {
     Attr a{*s, f.device_attr_free, "doca_verbs_device_attr_free"};

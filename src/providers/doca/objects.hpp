@@ -12,18 +12,14 @@
 #include "core/log.hpp"
 #include "kinet/kinet.hpp"
 #include "providers/doca/device.hpp"
+#include "providers/mlx5/host_objects.hpp"
 
 namespace kinet::doca::detail {
 using api::Obj;
 
-inline std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-inline bool is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
-inline uint32_t log2u(uint64_t v) { return static_cast<uint32_t>(63 - __builtin_clzll(v)); }
-inline std::string errno_text(int err) { return "errno " + std::to_string(err) + ": " + std::strerror(err); }
+using mlx5::host::errno_text;
+using mlx5::host::hex;
+using mlx5::host::log2u;
 
 struct Shared {
   Shared(std::shared_ptr<const Sdk> k, const Backend& b) : sdk(std::move(k)), be(b) {}

@@ -4,34 +4,23 @@
 #include <optional>
 
 #include "core/cuda_shim.hpp"
+#include "core/qp_checks.hpp"
 #include "kinet/mlx5/wire.hpp"
 #include "providers/doca/objects.hpp"
 
 namespace kinet::doca::detail {
 namespace {
 using namespace kinet::mlx5;  // wire constants (WQE BB, CQE) and Cqe64
+using mlx5::host::RingLayout;
 
 constexpr uint8_t kRetry = 7, kRnrRetry = 7, kAckTimeout = 14, kMinRnrNak = 12;
 constexpr uint8_t kRdAtomic = 16;  // outstanding reads/atomics per QP (ConnectX reports 16)
-
-// The QP's block: [0, n*64) send ring, [n*64, 2n*64) CQ, then the CQ doorbell
-// record where DOCA puts it for a CQ on external UMEM (right after the ring,
-// cache-line aligned: doca_verbs_cq.cpp of NVIDIA-DOCA/gpunetio), then the QP's.
-struct Layout {
-  size_t sq = 0, cq = 0, cq_dbr = 0, qp_dbr = 0, bytes = 0;
-  explicit Layout(uint32_t n) {
-    cq = size_t(n) * kSendWqeBB;
-    cq_dbr = cq + size_t(n) * kCqeSize;
-    qp_dbr = cq_dbr + 64;
-    bytes = qp_dbr + 64;
-  }
-};
 
 class Qp final : public QueuePair {
  public:
   Qp(std::shared_ptr<PdRes> pd, const QpConfig& cfg) : pd_(std::move(pd)), s_(pd_->s), cfg_(cfg) {
     log_n_ = log2u(cfg.sq_depth);
-    lay_ = Layout(cfg.sq_depth);
+    lay_ = RingLayout(cfg.sq_depth, true);  // the CQ's record where DOCA puts it
     state_ = static_cast<dev::SqState*>(cuda::alloc_pinned(sizeof(dev::SqState)));
     try {
       block_ = static_cast<uint8_t*>(cuda::alloc_pinned(lay_.bytes));
@@ -59,17 +48,7 @@ class Qp final : public QueuePair {
   }
   QpInfo info() const override {
     s_->check_open(who(), "info");
-    QpInfo i{};
-    i.magic = QpInfo::kMagic;
-    i.version = 1;
-    i.provider = 2;  // the wire is ConnectX RC: an mlx5 peer in either mode
-    for (int k = 0; k < 8; ++k) i.node = i.node << 8 | s_->port.gid[k];
-    std::memcpy(i.gid, s_->port.gid, 16);
-    i.qpn = qpn_;
-    i.lid = s_->port.lid;
-    i.mtu = s_->port.active_mtu;
-    i.port = 1;
-    return i;
+    return mlx5::host::qp_info(s_->port, qpn_);
   }
   void to_init(uint32_t remote_access) override {
     s_->check_open(who(), "to_init");
@@ -92,14 +71,7 @@ class Qp final : public QueuePair {
   }
   void to_rtr(const QpInfo& r) override {
     s_->check_open(who(), "to_rtr");
-    try {
-      r.validate();
-    } catch (const Error& e) {
-      throw Error(e.code(), who() + ": to_rtr: remote " + e.what());
-    }
-    if (r.provider != 2)
-      throw Error(ErrorCode::NotSupported, who() + ": to_rtr: remote QP belongs to provider " +
-                                               std::to_string(r.provider) + ", a ConnectX QP connects only to mlx5");
+    kinet::detail::check_remote_qp(who(), r, 2, "a ConnectX QP connects only to mlx5");
     const uint8_t mtu = std::min(r.mtu, s_->port.active_mtu);  // IB enum 1..5; DOCA's is 0..4
     modify(QpState::Init, api::kQpRtr, "to_rtr", [&](Obj a) {
       const api::Fns& f = s_->f();
@@ -163,8 +135,7 @@ class Qp final : public QueuePair {
     h.cq.dbrec = cq_ci_dbr_;
     h.cq.log_n = log_n_;
     h.cq.cqn = cqn_;
-    constexpr uint64_t kMaxMs = std::numeric_limits<uint64_t>::max() / 1000000ull;
-    h.timeout_ns = cfg_.timeout_ms > kMaxMs ? std::numeric_limits<uint64_t>::max() : cfg_.timeout_ms * 1000000ull;
+    h.timeout_ns = mlx5::host::timeout_ns(cfg_.timeout_ms);
     h.log_n = log_n_;
     h.qpn = qpn_;
     h.qpn_be8 = kinet::detail::bswap32_constexpr(qpn_ << 8);
@@ -174,22 +145,7 @@ class Qp final : public QueuePair {
     return h;
   }
   std::string last_error() const override {
-    dev::SqState st{};
-    st.error_status = std::atomic_ref<int32_t>(state_->error_status).load(std::memory_order_acquire);
-    if (st.error_status != 0) {
-      st.error_wqe = state_->error_wqe;
-      st.error_syndrome = state_->error_syndrome;
-      st.error_vendor_syndrome = state_->error_vendor_syndrome;
-    }
-    st.local_error = std::atomic_ref<uint8_t>(state_->local_error).load(std::memory_order_acquire);
-    if (st.error_status != 0)
-      return "WQE " + std::to_string(st.error_wqe) + ": " + status_string(static_cast<Status>(st.error_status)) +
-             ", CQE syndrome " + hex(st.error_syndrome) + ", vendor syndrome " + hex(st.error_vendor_syndrome) +
-             ", on " + s_->name() + " QP " + hex(qpn_);
-    if (st.local_error != 0)
-      return std::string("device verbs: ") + status_string(static_cast<Status>(st.local_error)) + " (status " +
-             std::to_string(st.local_error) + ")";
-    return {};
+    return mlx5::host::last_error_text(state_, false, s_->name(), qpn_);
   }
 
  private:
@@ -197,7 +153,7 @@ class Qp final : public QueuePair {
   std::shared_ptr<Shared> s_;
   QpConfig cfg_;
   uint32_t log_n_ = 0;
-  Layout lay_{2};
+  RingLayout lay_{2, true};
   uint8_t* block_ = nullptr;
   dev::SqState* state_ = nullptr;
   Obj umem_ = nullptr, uar_ = nullptr, cq_ = nullptr, qp_ = nullptr, ah_ = nullptr;
@@ -323,11 +279,7 @@ class Qp final : public QueuePair {
   // RESET contents: records and posting state zero, every CQE invalid with
   // owner 1 so the first lap (owner 0) is recognised.
   void init_rings() {
-    const size_t n = cfg_.sq_depth;
-    std::memset(block_ + lay_.qp_dbr, 0, 8);
-    std::memset(block_ + lay_.cq_dbr, 0, 8);
-    std::memset(block_ + lay_.cq, 0, n * kCqeSize);
-    for (size_t i = 0; i < n; ++i) block_[lay_.cq + i * kCqeSize + 63] = kCqeInitOpOwn;
+    mlx5::host::clear_rings(block_, lay_, cfg_.sq_depth);
     const dev::SqState zero{};
     std::memcpy(state_, &zero, sizeof zero);
   }

@@ -12,13 +12,13 @@
 #include "core/doorbell.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "core/qp_checks.hpp"
 #include "fabric/remote_fabric.hpp"
 #include "providers/emu/emu.hpp"
 
 namespace kinet::emu {
 namespace {
 
-bool is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
 uint32_t log2u(uint64_t v) { return static_cast<uint32_t>(63 - __builtin_clzll(v)); }
 
 constexpr uint32_t kMaxQpWr = 1u << 15;  // 16-bit WQE counters in CQEs need < 2^16 outstanding
@@ -164,14 +164,7 @@ class EmuQueuePair final : public QueuePair {
     std::lock_guard<std::mutex> g(qp_->ctl_mu);
     check_alive("to_rtr");
     expect(QpState::Init, "to_rtr");
-    try {
-      r.validate();
-    } catch (const Error& e) {
-      throw Error(e.code(), name() + ": to_rtr: remote " + e.what());
-    }
-    if (r.provider != 1)
-      throw Error(ErrorCode::NotSupported, name() + ": to_rtr: remote QP belongs to provider " +
-                                               std::to_string(r.provider) + ", emu connects only to emu");
+    kinet::detail::check_remote_qp(name(), r, 1, "emu connects only to emu");
     if (r.port != 1)
       throw Error(ErrorCode::InvalidArgument, name() + ": to_rtr: remote port " + std::to_string(r.port) +
                                                   " does not exist (emu devices have one port, 1)");
@@ -404,21 +397,7 @@ class EmuPd final : public ProtectionDomain {
 
   std::unique_ptr<QueuePair> make_qp(const QpConfig& cfg_in) {
     if (nic_->closed.load(std::memory_order_acquire)) closed_error(*nic_, nic_->name, "create_qp");
-    QpConfig cfg = cfg_in;
-    if (!is_pow2(cfg.sq_depth) || cfg.sq_depth < 2 || cfg.sq_depth > kMaxQpWr)
-      throw Error(ErrorCode::InvalidArgument, nic_->name + ": create_qp: sq_depth " + std::to_string(cfg.sq_depth) +
-                                                  " must be a power of two in [2, " + std::to_string(kMaxQpWr) + "]");
-    if (cfg.signal_period == 0) cfg.signal_period = cfg.sq_depth >= 4 ? cfg.sq_depth / 4 : 1;
-    if (!is_pow2(cfg.signal_period) || cfg.signal_period > cfg.sq_depth / 2)
-      throw Error(ErrorCode::InvalidArgument, nic_->name + ": create_qp: signal_period " +
-                                                  std::to_string(cfg.signal_period) +
-                                                  " must be a power of two <= sq_depth/2");
-    if (cfg.max_msg > nic_->attr.max_msg)
-      throw Error(ErrorCode::InvalidArgument, nic_->name + ": create_qp: max_msg " + std::to_string(cfg.max_msg) +
-                                                  " exceeds the device's max_msg " +
-                                                  std::to_string(nic_->attr.max_msg));
-    if (cfg.max_msg == 0) cfg.max_msg = nic_->attr.max_msg;
-    if (cfg.timeout_ms == 0) cfg.timeout_ms = default_timeout_ms();
+    const QpConfig cfg = kinet::detail::checked_qp_config(nic_->name, cfg_in, kMaxQpWr, nic_->attr.max_msg);
     const bool gpu = cfg.rings == RingPlacement::Gpu;
     if (gpu && !cuda::available())
       throw Error(ErrorCode::NotSupported, nic_->name + ": create_qp: rings in GPU memory need a GPU");

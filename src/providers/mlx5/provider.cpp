@@ -12,20 +12,17 @@
 #include "core/cuda_shim.hpp"
 #include "core/doorbell.hpp"
 #include "core/log.hpp"
+#include "core/qp_checks.hpp"
 #include "kinet/mlx5/wire.hpp"
+#include "providers/mlx5/host_objects.hpp"
 
 namespace kinet::mlx5 {
 namespace {
 namespace c = cmd;
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-bool is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
-uint32_t log2u(uint64_t v) { return static_cast<uint32_t>(63 - __builtin_clzll(v)); }
-std::string errno_text(int err) { return "errno " + std::to_string(err) + ": " + std::strerror(err); }
+using host::errno_text;
+using host::hex;
+using host::log2u;
 
 constexpr uint32_t kMaxLogSq = 15;   // qpc.log_sq_size is 4 bits
 constexpr uint32_t kMaxLogMsg = 30;  // the device verbs carry at most 2^30 bytes per WQE
@@ -68,53 +65,11 @@ struct PdRes {
   }
 };
 
-class Mr final : public MemoryRegion {
- public:
-  Mr(std::shared_ptr<PdRes> pd, ibv_mr* mr, void* addr, size_t len, uint32_t access, MemoryKind kind, uint32_t lkey,
-     uint32_t rkey)
-      : pd_(std::move(pd)), mr_(mr), addr_(addr), len_(len), access_(access), kind_(kind), lkey_(lkey), rkey_(rkey) {}
-  ~Mr() override {
-    std::lock_guard<std::mutex> g(pd_->s->mu);
-    if (const int rc = pd_->s->be.verbs->dereg_mr(mr_); rc != 0)
-      KINET_LOG(Error, "%s: deregistering key %s failed (%s)", pd_->s->name().c_str(), hex(lkey_).c_str(),
-                errno_text(rc).c_str());
-  }
-  void* addr() const override { return addr_; }
-  size_t length() const override { return len_; }
-  uint32_t access() const override { return access_; }
-  MemoryKind kind() const override { return kind_; }
-  uint32_t lkey_value() const override { return lkey_; }
-  uint32_t rkey_value() const override { return rkey_; }
-
- private:
-  std::shared_ptr<PdRes> pd_;
-  ibv_mr* mr_;
-  void* addr_;
-  size_t len_;
-  uint32_t access_;
-  MemoryKind kind_;
-  uint32_t lkey_, rkey_;
-};
-
-// One block of pinned host memory per QP, registered as one UMEM:
-//   [0, n*64)         send ring
-//   [n*64, 2n*64)     CQ (n CQEs: the engine's and the verbs' one CQE per slot)
-//   +0 / +64          QP doorbell record ([1] = send counter) / CQ doorbell record ([0] = consumer index)
-struct Layout {
-  size_t sq = 0, cq = 0, qp_dbr = 0, cq_dbr = 0, bytes = 0;
-  explicit Layout(uint32_t n) {
-    cq = size_t(n) * kSendWqeBB;
-    qp_dbr = cq + size_t(n) * kCqeSize;
-    cq_dbr = qp_dbr + 64;
-    bytes = cq_dbr + 64;
-  }
-};
-
 class Qp final : public QueuePair {
  public:
   Qp(std::shared_ptr<PdRes> pd, const QpConfig& cfg) : pd_(std::move(pd)), s_(pd_->s), cfg_(cfg) {
     log_n_ = log2u(cfg.sq_depth);
-    lay_ = Layout(cfg.sq_depth);
+    lay_ = host::RingLayout(cfg.sq_depth, false);
     if (cfg.posters == Posters::Gpu) {
       if (!cuda::available())
         throw Error(ErrorCode::NotSupported, s_->name() + ": create_qp: posters == Gpu needs a GPU");
@@ -181,18 +136,7 @@ class Qp final : public QueuePair {
   }
   QpInfo info() const override {
     s_->check_open(who(), "info");
-    QpInfo i{};
-    i.magic = QpInfo::kMagic;
-    i.version = 1;
-    i.provider = 2;
-    for (int k = 0; k < 8; ++k) i.node = i.node << 8 | s_->port.gid[k];  // the subnet prefix
-    std::memcpy(i.gid, s_->port.gid, 16);
-    i.qpn = qp_.id();
-    i.psn = 0;
-    i.lid = s_->port.lid;
-    i.mtu = s_->port.active_mtu;
-    i.port = 1;
-    return i;
+    return host::qp_info(s_->port, qp_.id());
   }
   void to_init(uint32_t remote_access) override {
     s_->check_open(who(), "to_init");
@@ -209,14 +153,7 @@ class Qp final : public QueuePair {
   }
   void to_rtr(const QpInfo& r) override {
     s_->check_open(who(), "to_rtr");
-    try {
-      r.validate();
-    } catch (const Error& e) {
-      throw Error(e.code(), who() + ": to_rtr: remote " + e.what());
-    }
-    if (r.provider != 2)
-      throw Error(ErrorCode::NotSupported, who() + ": to_rtr: remote QP belongs to provider " +
-                                               std::to_string(r.provider) + ", mlx5 connects only to mlx5");
+    kinet::detail::check_remote_qp(who(), r, 2, "mlx5 connects only to mlx5");
     c::Init2RtrQp p;
     p.mtu = std::min(r.mtu, s_->port.active_mtu);
     p.log_msg_max = s_->log_max_msg;
@@ -272,8 +209,7 @@ class Qp final : public QueuePair {
     h.cq.dbrec = reinterpret_cast<uint32_t*>(block_ + lay_.cq_dbr);
     h.cq.log_n = log_n_;
     h.cq.cqn = cq_.id();
-    constexpr uint64_t kMaxMs = std::numeric_limits<uint64_t>::max() / 1000000ull;
-    h.timeout_ns = cfg_.timeout_ms > kMaxMs ? std::numeric_limits<uint64_t>::max() : cfg_.timeout_ms * 1000000ull;
+    h.timeout_ns = host::timeout_ns(cfg_.timeout_ms);
     h.log_n = log_n_;
     h.qpn = qp_.id();
     h.qpn_be8 = kinet::detail::bswap32_constexpr(qp_.id() << 8);
@@ -284,28 +220,7 @@ class Qp final : public QueuePair {
     return h;
   }
   std::string last_error() const override {
-    dev::SqState st{};
-    try {
-      if (state_on_gpu_) {
-        cuda::copy(&st, state_, sizeof st);
-      } else {  // host threads may be posting: error_status is released after the fields it publishes
-        st.error_status = std::atomic_ref<int32_t>(state_->error_status).load(std::memory_order_acquire);
-        if (st.error_status != 0) {
-          st.error_wqe = state_->error_wqe;
-          st.error_syndrome = state_->error_syndrome;
-          st.error_vendor_syndrome = state_->error_vendor_syndrome;
-        }
-        st.local_error = std::atomic_ref<uint8_t>(state_->local_error).load(std::memory_order_acquire);
-        st.bad_abi = std::atomic_ref<uint32_t>(state_->bad_abi).load(std::memory_order_relaxed);
-      }
-    } catch (const Error& e) {
-      return std::string("device verbs: can't read the posting state: ") + e.what();
-    }
-    if (st.error_status != 0)
-      return "WQE " + std::to_string(st.error_wqe) + ": " + status_string(static_cast<Status>(st.error_status)) +
-             ", CQE syndrome " + hex(st.error_syndrome) + ", vendor syndrome " + hex(st.error_vendor_syndrome) +
-             ", on " + s_->name() + " QP " + hex(qp_.id());
-    return doorbell::local_error_text(st.local_error, st.bad_abi);
+    return host::last_error_text(state_, state_on_gpu_, s_->name(), qp_.id());
   }
 
  private:
@@ -313,7 +228,7 @@ class Qp final : public QueuePair {
   std::shared_ptr<Shared> s_;
   QpConfig cfg_;
   uint32_t log_n_ = 0;
-  Layout lay_{2};
+  host::RingLayout lay_{2, false};
   uint8_t* block_ = nullptr;
   dev::SqState* state_ = nullptr;
   bool state_on_gpu_ = false;
@@ -350,11 +265,7 @@ class Qp final : public QueuePair {
   // RESET contents: records and posting state zero, every CQE invalid with
   // owner 1 so the first lap (owner 0) is recognised.
   void init_rings() {
-    const size_t n = cfg_.sq_depth;
-    std::memset(block_ + lay_.qp_dbr, 0, 8);
-    std::memset(block_ + lay_.cq_dbr, 0, 8);
-    std::memset(block_ + lay_.cq, 0, n * kCqeSize);
-    for (size_t i = 0; i < n; ++i) block_[lay_.cq + i * kCqeSize + 63] = kCqeInitOpOwn;
+    host::clear_rings(block_, lay_, cfg_.sq_depth);
     const dev::SqState zero{};
     if (state_on_gpu_) cuda::copy(state_, &zero, sizeof zero);
     else std::memcpy(state_, &zero, sizeof zero);
@@ -380,54 +291,12 @@ class Pd final : public ProtectionDomain {
  public:
   explicit Pd(std::shared_ptr<PdRes> pd) : pd_(std::move(pd)) {}
   std::unique_ptr<MemoryRegion> reg_mr(void* addr, size_t len, uint32_t access) override {
-    Shared& s = *pd_->s;
-    s.check_open(s.name(), "reg_mr");
-    const uint64_t a = reinterpret_cast<uint64_t>(addr);
-    const std::string range = "[" + hex(a) + ", +" + std::to_string(len) + ")";
-    if (!addr || len == 0)
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": reg_mr: empty range " + range);
-    if (access & ~uint32_t(kAccessAll))
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": reg_mr: unknown access bits " + hex(access));
-    if ((access & (kRemoteWrite | kRemoteAtomic)) && !(access & kLocalWrite))
-      throw Error(ErrorCode::InvalidArgument,
-                  s.name() + ": reg_mr: remote write or atomic access requires local write (as in ibv_reg_mr)");
-    if (len - 1 > std::numeric_limits<uint64_t>::max() - a)
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": reg_mr: " + range + " wraps the address space");
-    const MemoryKind kind = cuda::pointer_kind(addr);
-    uint32_t lkey = 0, rkey = 0;
-    ibv_mr* mr = nullptr;
-    {
-      std::lock_guard<std::mutex> g(s.mu);
-      mr = s.be.verbs->reg_mr(pd_->pd, addr, len, access, &lkey, &rkey);
-    }
-    if (!mr) {
-      const int err = errno;
-      const ErrorCode code = err == ENOMEM ? ErrorCode::ResourceExhausted
-                             : err == EOPNOTSUPP ? ErrorCode::NotSupported
-                                                 : ErrorCode::InvalidArgument;
-      throw Error(code, s.name() + ": reg_mr: " + range + " was refused (" + errno_text(err) +
-                            (err == EFAULT ? ": not mapped, or not writable with local write access)" : ")"));
-    }
-    return std::make_unique<Mr>(pd_, mr, addr, len, access, kind, lkey, rkey);
+    return host::register_mr(pd_, addr, len, access);
   }
   std::unique_ptr<QueuePair> create_qp(const QpConfig& in) override {
     Shared& s = *pd_->s;
     s.check_open(s.name(), "create_qp");
-    QpConfig cfg = in;
-    const uint32_t max_wr = s.attr.max_qp_wr;
-    if (!is_pow2(cfg.sq_depth) || cfg.sq_depth < 2 || cfg.sq_depth > max_wr)
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": create_qp: sq_depth " + std::to_string(cfg.sq_depth) +
-                                                  " must be a power of two in [2, " + std::to_string(max_wr) + "]");
-    if (cfg.signal_period == 0) cfg.signal_period = cfg.sq_depth >= 4 ? cfg.sq_depth / 4 : 1;
-    if (!is_pow2(cfg.signal_period) || cfg.signal_period > cfg.sq_depth / 2)
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": create_qp: signal_period " +
-                                                  std::to_string(cfg.signal_period) +
-                                                  " must be a power of two <= sq_depth/2");
-    if (cfg.max_msg > s.attr.max_msg)
-      throw Error(ErrorCode::InvalidArgument, s.name() + ": create_qp: max_msg " + std::to_string(cfg.max_msg) +
-                                                  " exceeds the device's max_msg " + std::to_string(s.attr.max_msg));
-    if (cfg.max_msg == 0) cfg.max_msg = s.attr.max_msg;
-    if (cfg.timeout_ms == 0) cfg.timeout_ms = default_timeout_ms();
+    const QpConfig cfg = kinet::detail::checked_qp_config(s.name(), in, s.attr.max_qp_wr, s.attr.max_msg);
     if (cfg.rings == RingPlacement::Gpu)
       throw Error(ErrorCode::NotSupported, s.name() + ": create_qp: rings in GPU memory (UMEM over GPU memory) are "
                                                       "not implemented by the mlx5 provider yet; use RingPlacement::Host");
@@ -448,12 +317,7 @@ class Mlx5Device final : public Device {
     auto res = std::make_shared<PdRes>();
     {
       std::lock_guard<std::mutex> g(s_->mu);
-      res->pd = s_->be.verbs->alloc_pd(s_->be.ctx, &res->pdn);
-    }
-    if (!res->pd) {
-      const int err = errno;
-      throw Error(err == ENOMEM ? ErrorCode::ResourceExhausted : ErrorCode::System,
-                  s_->name() + ": alloc_pd failed (" + errno_text(err) + ")");
+      res->pd = host::alloc_pd(*s_->be.verbs, s_->be.ctx, &res->pdn, s_->name());
     }
     res->s = s_;
     return std::make_unique<Pd>(std::move(res));
@@ -478,15 +342,12 @@ std::unique_ptr<Device> open_device(const Backend& b) {
   std::lock_guard<std::mutex> g(s->mu);
   s->caps = s->devx.query_general_caps();
   s->atomic = s->devx.query_atomic_caps();
-  if (const int rc = b.verbs->query_port(b.ctx, 1, &s->port); rc != 0)
-    throw Error(ErrorCode::System, b.name + ": open: querying port 1 failed (" + errno_text(rc) + ")");
+  host::query_port1(*b.verbs, b.ctx, &s->port, b.name + ": open");
   if (!s->caps.atomic || !(s->atomic.atomic_size_qp & (1u << 3)) || (s->atomic.atomic_operations & 3) != 3)
     throw Error(ErrorCode::NotSupported, b.name + ": open: the device has no 8-byte compare-swap and fetch-add on RC "
                                                   "QPs (atomic caps: operations " +
                                              hex(s->atomic.atomic_operations) + ", sizes " +
                                              hex(s->atomic.atomic_size_qp) + ")");
-  if (s->port.active_mtu < 1 || s->port.active_mtu > 5)
-    throw Error(ErrorCode::System, b.name + ": open: port 1 reports MTU code " + std::to_string(s->port.active_mtu));
   s->log_max_msg = static_cast<uint8_t>(std::min<uint32_t>(s->caps.log_max_msg, kMaxLogMsg));
   s->attr.name = b.name;
   s->attr.provider = "mlx5";

@@ -87,13 +87,16 @@ const VerbsOps kVerbs = {close_ctx, alloc_pd, ibv_dealloc_pd, reg_mr, ibv_dereg_
 
 const VerbsOps& rdma_core_verbs() { return kVerbs; }
 
-std::unique_ptr<Device> open_rdma_core_device(std::string_view name) {
+ListedDevice open_listed_device(std::string_view name, const std::string& what, const char* driver,
+                                ibv_context* (*open)(ibv_device*)) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
-  if (!list)
-    throw Error(ErrorCode::NotFound, "open " + std::string(name) + ": no such RDMA device: ibv_get_device_list "
-                                         "failed (errno " + std::to_string(errno) + ": " + std::strerror(errno) +
+  if (!list) {
+    const int err = errno;
+    throw Error(ErrorCode::NotFound, what + ": no such RDMA device: ibv_get_device_list failed (errno " +
+                                         std::to_string(err) + ": " + std::strerror(err) +
                                          "; ENOSYS: the kernel has no RDMA support loaded)");
+  }
   ibv_device* dev = nullptr;
   std::string names;
   for (int i = 0; i < n; ++i) {
@@ -103,24 +106,35 @@ std::unique_ptr<Device> open_rdma_core_device(std::string_view name) {
   }
   if (!dev) {
     ibv_free_device_list(list);
-    throw Error(ErrorCode::NotFound, "open " + std::string(name) + ": no such RDMA device" +
-                                         (name == "auto" ? " supporting mlx5dv" : "") + " (present: " +
-                                         (names.empty() ? "none" : names) + ")");
+    throw Error(ErrorCode::NotFound, what + ": no such RDMA device" + (name == "auto" ? " supporting mlx5dv" : "") +
+                                         " (present: " + (names.empty() ? "none" : names) + ")");
   }
-  const std::string dev_name = ibv_get_device_name(dev);
+  ListedDevice out;
+  out.name = ibv_get_device_name(dev);
   if (!mlx5dv_is_supported(dev)) {
     ibv_free_device_list(list);
-    throw Error(ErrorCode::NotSupported, dev_name + ": not an mlx5 device (the mlx5 provider drives ConnectX only)");
+    throw Error(ErrorCode::NotSupported,
+                what + ": " + out.name + " is not an mlx5 device (" + driver + " drives ConnectX only)");
   }
-  mlx5dv_context_attr attr{};
-  attr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
-  ibv_context* ctx = mlx5dv_open_device(dev, &attr);
-  const int err = errno;
+  out.ctx = open(dev);
+  out.err = errno;
   ibv_free_device_list(list);
-  if (!ctx)
+  if (out.ctx) out.err = 0;
+  return out;
+}
+
+std::unique_ptr<Device> open_rdma_core_device(std::string_view name) {
+  const ListedDevice d =
+      open_listed_device(name, "open " + std::string(name), "the mlx5 provider", [](ibv_device* dev) {
+        mlx5dv_context_attr attr{};
+        attr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
+        return mlx5dv_open_device(dev, &attr);
+      });
+  const int err = d.err;
+  if (!d.ctx)
     throw Error(err == EPERM || err == EOPNOTSUPP ? ErrorCode::NotSupported : ErrorCode::System,
-                dev_name + ": opening with DevX failed (errno " + std::to_string(err) + ": " + std::strerror(err) +
+                d.name + ": opening with DevX failed (errno " + std::to_string(err) + ": " + std::strerror(err) +
                     "; DevX needs a kernel with mlx5_ib DevX and, in a container, access to /dev/infiniband)");
-  return open_device({ctx, dev_name, &rdma_core_ops(), &kVerbs});
+  return open_device({d.ctx, d.name, &rdma_core_ops(), &kVerbs});
 }
 }  // namespace kinet::mlx5
