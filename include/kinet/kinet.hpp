@@ -92,6 +92,8 @@ struct RemoteKey {
   static constexpr uint32_t kMagic = 0x524e4b31;  // "1KNR"
   static constexpr size_t kHeaderBytes = 48;
   static constexpr size_t kMaxPacked = 1024;
+  // provider: who issued the key.
+  static constexpr uint16_t kEmu = 1, kMlx5 = 2, kTransport = 3;  // kTransport: kinet/transport.hpp
   uint16_t version = 1;
   uint16_t provider = 0;
   uint64_t node = 0;

@@ -54,7 +54,8 @@ std::vector<uint8_t> RemoteKey::serialize() const {
 
 void RemoteKey::validate() const {
   if (version != 1) bad("version " + std::to_string(version) + " is not supported (expected 1)");
-  if (provider != 1 && provider != 2) bad("unknown provider " + std::to_string(provider) + " (1 = emu, 2 = mlx5)");
+  if (provider != kEmu && provider != kMlx5 && provider != kTransport)
+    bad("unknown provider " + std::to_string(provider) + " (1 = emu, 2 = mlx5, 3 = transport)");
   if (length == 0) bad("length is 0 (a region has at least one byte)");
   if (addr + length < addr)
     bad("region [" + hex(addr) + ", +" + hex(length) + ") wraps past the end of the address space");

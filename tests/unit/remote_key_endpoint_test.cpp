@@ -114,9 +114,10 @@ TEST(RemoteKey, FieldChecksAtTheirEdges) {
     std::memcpy(b.data() + 36, &k.access, 4);
     expect_error([&] { parse(b); }, ErrorCode::InvalidArgument, "remote key: " + part);
   };
-  both(with([](RemoteKey& k) { k.provider = 0; }), "unknown provider 0 (1 = emu, 2 = mlx5)");
-  both(with([](RemoteKey& k) { k.provider = 3; }), "unknown provider 3");
+  both(with([](RemoteKey& k) { k.provider = 0; }), "unknown provider 0 (1 = emu, 2 = mlx5, 3 = transport)");
+  both(with([](RemoteKey& k) { k.provider = 4; }), "unknown provider 4");
   EXPECT_NO_THROW(with([](RemoteKey& k) { k.provider = 2; }).serialize());
+  EXPECT_NO_THROW(with([](RemoteKey& k) { k.provider = RemoteKey::kTransport; }).serialize());
   both(with([](RemoteKey& k) { k.length = 0; }), "length is 0");
   both(with([](RemoteKey& k) { k.addr = ~0ull, k.length = 1; }),
        "region [0xffffffffffffffff, +0x1) wraps past the end of the address space");

@@ -1,0 +1,63 @@
+// kinet transports — a channel: the one thing a transport backend provides.
+// Reliable messages to peers it was told about; nothing else. The message
+// engine (msg_engine.*) builds the public Transport on top of it: operation
+// encoding, the target's check, ordering of signals after data, timeouts,
+// completions. Backends: ucx/ (UCX active messages), ofi/ (libfabric RDM
+// endpoints), link/ (kinet's TCP and shm fabric links), loop (one process).
+#pragma once
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kinet::transport {
+
+// What a channel reports from progress().
+class ChannelEvents {
+ public:
+  virtual ~ChannelEvents() = default;
+  // A whole message from `peer` (as numbered by add_peer). `data` is valid
+  // only during the call. Messages from one peer arrive in the order that
+  // peer sent them (a backend that can't promise it says so in ordered()).
+  virtual void on_message(uint32_t peer, const uint8_t* data, size_t bytes) = 0;
+  // A message from a sender that was never add_peer()ed (the engine rejects
+  // it); `who` describes the sender as well as the backend can.
+  virtual void on_stranger(std::string_view who, const uint8_t* data, size_t bytes) = 0;
+  // send(..., token) finished: the buffers may be reused. ok == false: the
+  // message was not delivered (the peer is then lost, on_peer_lost follows).
+  virtual void on_sent(uint64_t token, bool ok) = 0;
+  // The peer died, closed or was unreachable; `why` completes
+  // "peer lost: <why>". Reported once per peer.
+  virtual void on_peer_lost(uint32_t peer, const std::string& why) = 0;
+};
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  virtual const char* provider() const = 0;  // "ucx"
+  virtual std::string describe() const = 0;  // "ucx 1.13 tcp on eth0"
+  // Whether messages from one peer are delivered in send order (else the
+  // engine reorders by sequence number).
+  virtual bool ordered() const = 0;
+  // Largest message send() accepts; the engine splits larger transfers.
+  virtual size_t max_message() const = 0;
+  // This side's address blob (what a peer passes to add_peer).
+  virtual std::vector<uint8_t> address() const = 0;
+  // Makes a peer reachable; returns its number (dense from 0). Throws
+  // kinet::Error InvalidArgument for a malformed blob, System when
+  // unreachable; `name` appears in messages.
+  virtual uint32_t add_peer(const std::vector<uint8_t>& address, const std::string& name) = 0;
+  // Starts sending the concatenation of iov[0..n) to `peer`. false: no room
+  // now (progress and retry); nothing was taken. true: on_sent(token) follows
+  // once the buffers may be reused (possibly from inside this call).
+  virtual bool send(uint32_t peer, const iovec* iov, int n, uint64_t token) = 0;
+  // Drives the backend; reports events through `ev`. Never blocks. Returns
+  // the number of events reported.
+  virtual size_t progress(ChannelEvents& ev) = 0;
+};
+
+}  // namespace kinet::transport
