@@ -242,23 +242,10 @@ class HostRunner final : public Runner {
     };
 
     const uint64_t total = tc.warmup + tc.iters;
-    pr.begin(std::string(tname) + " " + std::to_string(n) + " B", total);
-    for (uint64_t k = 0; k < tc.warmup; ++k) {
-      post_one(static_cast<uint32_t>(k % tc.qps));
-      pr.update(k + 1);
-    }
-    drain();
-    const uint64_t t0 = now_ns();
-    for (uint64_t k = 0; k < tc.iters; ++k) {
-      post_one(static_cast<uint32_t>(k % tc.qps));
-      pr.update(tc.warmup + k + 1);
-    }
-    drain();
-    const uint64_t t1 = now_ns();
-
     Result r;
     r.tc = tc;
-    r.seconds = double(t1 - t0) * 1e-9;
+    r.seconds = timed_loop(pr, std::string(tname) + " " + std::to_string(n) + " B", tc.warmup, tc.iters, tc.qps,
+                           post_one, drain);
     r.msgs = tc.iters;
     r.bytes = tc.iters * n;
     const uint32_t used = static_cast<uint32_t>(std::min<uint64_t>(tc.qps, total));

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kinet/device/platform.cuh"  // now_ns
+
 namespace kinet::perf {
 
 class Progress {
@@ -29,5 +31,26 @@ class Progress {
   uint64_t start_ns_ = 0;
   std::string label_;
 };
+
+// The bandwidth tests' loop: `warmup` posts round-robin over `qps` QPs,
+// drain(), then `iters` timed posts, drain(). Returns the seconds of the
+// timed part (its drain included: the last message has landed).
+template <class Post, class Drain>
+double timed_loop(Progress& pr, const std::string& label, uint64_t warmup, uint64_t iters, uint32_t qps,
+                  Post&& post_one, Drain&& drain) {
+  pr.begin(label, warmup + iters);
+  for (uint64_t k = 0; k < warmup; ++k) {
+    post_one(static_cast<uint32_t>(k % qps));
+    pr.update(k + 1);
+  }
+  drain();
+  const uint64_t t0 = now_ns();
+  for (uint64_t k = 0; k < iters; ++k) {
+    post_one(static_cast<uint32_t>(k % qps));
+    pr.update(warmup + k + 1);
+  }
+  drain();
+  return double(now_ns() - t0) * 1e-9;
+}
 
 }  // namespace kinet::perf

@@ -253,19 +253,8 @@ Result client_kinet(Side& s, Ctl& ctl, const WirePlan& plan, uint32_t ci, const 
         qr.signaled.clear();
       }
     };
-    pr.begin(std::string(tname) + " " + std::to_string(n) + " B", total);
-    for (uint64_t k = 0; k < tc.warmup; ++k) {
-      post_one(static_cast<uint32_t>(k % tc.qps));
-      pr.update(k + 1);
-    }
-    drain();
-    const uint64_t t0 = now_ns();
-    for (uint64_t k = 0; k < tc.iters; ++k) {
-      post_one(static_cast<uint32_t>(k % tc.qps));
-      pr.update(tc.warmup + k + 1);
-    }
-    drain();
-    r.seconds = double(now_ns() - t0) * 1e-9;
+    r.seconds = timed_loop(pr, std::string(tname) + " " + std::to_string(n) + " B", tc.warmup, tc.iters, tc.qps,
+                           post_one, drain);
     r.msgs = tc.iters;
     r.bytes = tc.iters * n;
     const uint32_t used = static_cast<uint32_t>(std::min<uint64_t>(tc.qps, total));
