@@ -307,9 +307,12 @@ class Device {
   virtual ~Device() = default;
   // Opens a device by name: "emu" (a new software NIC, named emuN), "emuN",
   // "mlx5_emu" / "mlx5_emuN" (the mlx5 provider, DevX commands and all, over a
-  // new software NIC: provider "mlx5"), or an RDMA device name (mlx5 provider,
-  // when built). Throws NotFound,
-  // InvalidArgument (options), ResourceExhausted (memory, threads).
+  // new software NIC: provider "mlx5"), an RDMA device name such as "mlx5_0"
+  // (the mlx5 provider on a real ConnectX; rdma-core is loaded at run time),
+  // or "auto": the first ConnectX, else the software NIC (a log line says
+  // why). Throws NotFound (no such device: the message names those present),
+  // NotSupported (rdma-core missing, a device that is not mlx5 or refuses
+  // DevX), InvalidArgument (options), ResourceExhausted (memory, threads).
   static std::unique_ptr<Device> open(std::string_view name = "emu", const DeviceOptions& opt = {});
   virtual const DeviceAttr& attr() const = 0;
   const std::string& name() const { return attr().name; }

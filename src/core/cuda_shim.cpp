@@ -15,7 +15,9 @@
 #include "core/log.hpp"
 
 #if KINET_HAVE_CUDA_HEADERS
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 #endif
 
 namespace kinet::cuda {
@@ -39,6 +41,12 @@ struct Api {
   decltype(&::cudaMemsetAsync) memsetAsync = nullptr;
   decltype(&::cudaStreamCreateWithFlags) streamCreateWithFlags = nullptr;
   decltype(&::cudaStreamQuery) streamQuery = nullptr;
+  // Optional (mapping a NIC's doorbell page): null when missing.
+  decltype(&::cudaHostRegister) hostRegister = nullptr;
+  decltype(&::cudaHostGetDevicePointer) hostGetDevicePointer = nullptr;
+  decltype(&::cudaHostUnregister) hostUnregister = nullptr;
+  // The driver's dma-buf export (libcuda.so.1; CUDA 11.7+): null when missing.
+  decltype(&::cuMemGetHandleForAddressRange) memGetHandleForAddressRange = nullptr;
 };
 
 template <class F> bool sym(void* h, const char* name, F& f) {
@@ -68,6 +76,11 @@ const Api& api() {
       KINET_LOG(Warn, "libcudart lacks an expected symbol: GPU memory unavailable");
       return;
     }
+    if (!(sym(h, "cudaHostRegister", a.hostRegister) && sym(h, "cudaHostGetDevicePointer", a.hostGetDevicePointer) &&
+          sym(h, "cudaHostUnregister", a.hostUnregister)))
+      a.hostRegister = nullptr;
+    if (void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))
+      sym(drv, "cuMemGetHandleForAddressRange", a.memGetHandleForAddressRange);
     if (a.getDeviceCount(&a.ngpu) != cudaSuccess || a.ngpu <= 0) {
       a.getLastError();
       KINET_LOG(Debug, "CUDA runtime found but no GPU: GPU memory unavailable");
@@ -339,4 +352,75 @@ void free_device(void* p) {
   (void)p;
 #endif
 }
+void* map_io_memory(void* p, size_t n, std::string* why) {
+#if KINET_HAVE_CUDA_HEADERS
+  const Api& a = api();
+  if (!a.ok) return *why = "no CUDA runtime with a GPU", nullptr;
+  if (!a.hostRegister) return *why = "the CUDA runtime lacks cudaHostRegister", nullptr;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1);
+  void* b = reinterpret_cast<void*>(base);
+  if (cudaError_t e = a.hostRegister(b, end - base, cudaHostRegisterIoMemory | cudaHostRegisterMapped |
+                                                        cudaHostRegisterPortable);
+      e != cudaSuccess) {
+    a.getLastError();
+    return *why = std::string("cudaHostRegister(cudaHostRegisterIoMemory) of ") + hexp(b) + " failed: " +
+                  a.getErrorString(e) + " (needs a GPU and driver that map PCIe I/O memory)",
+           nullptr;
+  }
+  void* d = nullptr;
+  if (cudaError_t e = a.hostGetDevicePointer(&d, b, 0); e != cudaSuccess) {
+    a.getLastError();
+    a.hostUnregister(b);
+    return *why = std::string("cudaHostGetDevicePointer of ") + hexp(b) + " failed: " + a.getErrorString(e), nullptr;
+  }
+  return static_cast<uint8_t*>(d) + (reinterpret_cast<uintptr_t>(p) - base);
+#else
+  (void)p, (void)n;
+  *why = "this libkinet was built without CUDA's headers";
+  return nullptr;
+#endif
+}
+
+void unmap_io_memory(void* p) {
+#if KINET_HAVE_CUDA_HEADERS
+  if (!p || !api().hostUnregister) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (cudaError_t e = api().hostUnregister(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(page - 1)));
+      e != cudaSuccess) {
+    api().getLastError();
+    KINET_LOG(Error, "cudaHostUnregister of %s failed: %s", hexp(p).c_str(), api().getErrorString(e));
+  }
+#else
+  (void)p;
+#endif
+}
+
+int dmabuf_fd(const void* p, size_t n, uint64_t* offset, std::string* why) {
+#if KINET_HAVE_CUDA_HEADERS
+  const Api& a = api();
+  if (!a.ok) return *why = "no CUDA runtime with a GPU", -1;
+  if (!a.memGetHandleForAddressRange)
+    return *why = "libcuda.so.1 lacks cuMemGetHandleForAddressRange (CUDA 11.7 or newer exports GPU memory as dma-buf)",
+           -1;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1);
+  int fd = -1;
+  if (CUresult r = a.memGetHandleForAddressRange(&fd, static_cast<CUdeviceptr>(base), end - base,
+                                                 CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+      r != CUDA_SUCCESS)
+    return *why = "cuMemGetHandleForAddressRange(DMA_BUF_FD) of " + hexp(p) + " failed (CUresult " +
+                  std::to_string(static_cast<int>(r)) + "; needs the open GPU kernel module and a kernel with dma-buf)",
+           -1;
+  *offset = reinterpret_cast<uintptr_t>(p) - base;
+  return fd;
+#else
+  (void)p, (void)n, (void)offset;
+  *why = "this libkinet was built without CUDA's headers";
+  return -1;
+#endif
+}
+
 }  // namespace kinet::cuda

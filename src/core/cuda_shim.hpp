@@ -10,6 +10,8 @@
 // tests/gpu/gpu_nic_hygiene_test.cu.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "kinet/kinet.hpp"
 
@@ -38,4 +40,18 @@ void* alloc_device(size_t n);
 // Gives p (from alloc_device; null is a no-op) back; kept for reuse, as in
 // free_pinned (cudaFree waits for every kernel on the device).
 void free_device(void* p);
+
+// A NIC's doorbell page (PCIe I/O memory mapped into this process, e.g. a
+// UAR) mapped into every GPU: cudaHostRegister(cudaHostRegisterIoMemory) of
+// the pages around [p, p + n). Returns the GPU's address of p, or null with
+// *why saying what failed (no GPU, a driver that can't map I/O memory).
+void* map_io_memory(void* p, size_t n, std::string* why);
+// Undoes map_io_memory (p: the host address given to it). cudaHostUnregister
+// may wait for running kernels: call it only at teardown.
+void unmap_io_memory(void* p);
+// GPU memory [p, p + n) exported as a dma-buf (cuMemGetHandleForAddressRange
+// over the enclosing host pages) for ibv_reg_dmabuf_mr: the fd (the caller
+// closes it once registered) and *offset of p inside it; -1 with *why when it
+// can't (no GPU, an old driver, a kernel without dma-buf).
+int dmabuf_fd(const void* p, size_t n, uint64_t* offset, std::string* why);
 }  // namespace kinet::cuda

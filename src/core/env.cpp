@@ -25,6 +25,11 @@ constexpr Variable kVariables[] = {
     {"KINET_GID_INDEX", "first RoCE v2 entry",
      "mlx5 on RoCE: the GID table index QPs use (default: the first RoCE v2 entry, IPv4-mapped first)",
      "mlx5 provider", false},
+    {"KINET_IBVERBS_LIB", "libibverbs.so.1",
+     "mlx5 on hardware: the libibverbs file to dlopen (rdma-core is loaded at run time, never linked)",
+     "mlx5 provider", false},
+    {"KINET_MLX5_LIB", "libmlx5.so.1", "mlx5 on hardware: the libmlx5 (mlx5dv, DevX) file to dlopen",
+     "mlx5 provider", false},
     {"KINET_SOCKET_IFNAME", "first up non-loopback",
      "network interfaces the bootstrap listens and connects on: comma-separated name prefixes, `=name` for an "
      "exact name, a leading `^` excludes; loopback is the last resort",

@@ -19,6 +19,8 @@
 #include <mutex>
 #include <string>
 
+#include <unistd.h>
+
 #include "core/cuda_shim.hpp"
 #include "core/doorbell.hpp"
 #include "core/log.hpp"
@@ -91,7 +93,26 @@ std::unique_ptr<MemoryRegion> register_mr(const std::shared_ptr<PdRes>& pd, void
   uint32_t lkey = 0, rkey = 0;
   ibv_mr* mr = nullptr;
   int err = 0;
-  {
+  // GPU memory on a NIC that DMAs by itself: dma-buf first (no kernel module
+  // beyond the GPU driver's), then plain ibv_reg_mr, which nvidia-peermem serves.
+  std::string dmabuf_why;
+  if (kind == MemoryKind::Gpu && s.be.verbs->reg_dmabuf_mr) {
+    uint64_t off = 0;
+    const int fd = cuda::dmabuf_fd(addr, len, &off, &dmabuf_why);
+    if (fd >= 0) {
+      {
+        std::lock_guard<std::mutex> g(s.mu);
+        mr = s.be.verbs->reg_dmabuf_mr(pd->pd, fd, off, len, a, access, &lkey, &rkey);
+        err = errno;
+      }
+      ::close(fd);  // the MR holds its own reference
+      if (!mr) dmabuf_why = "ibv_reg_dmabuf_mr refused it (" + errno_text(err) + ")";
+    }
+    if (!mr)
+      KINET_LOG(Info, "%s: reg_mr %s: no dma-buf registration (%s); trying ibv_reg_mr (nvidia-peermem)",
+                s.name().c_str(), range.c_str(), dmabuf_why.c_str());
+  }
+  if (!mr) {
     std::lock_guard<std::mutex> g(s.mu);
     mr = s.be.verbs->reg_mr(pd->pd, addr, len, access, &lkey, &rkey);
     err = errno;
@@ -101,7 +122,9 @@ std::unique_ptr<MemoryRegion> register_mr(const std::shared_ptr<PdRes>& pd, void
                            : err == EOPNOTSUPP ? ErrorCode::NotSupported
                                                : ErrorCode::InvalidArgument;
     throw Error(code, s.name() + ": reg_mr: " + range + " was refused (" + errno_text(err) +
-                          (err == EFAULT ? ": not mapped, or not writable with local write access)" : ")"));
+                          (err == EFAULT ? ": not mapped, or not writable with local write access)" : ")") +
+                          (dmabuf_why.empty() ? "" : "; GPU memory: dma-buf failed too (" + dmabuf_why +
+                                                         ") and ibv_reg_mr needs nvidia-peermem"));
   }
   return std::make_unique<VerbsMr<PdRes>>(pd, mr, addr, len, access, kind, lkey, rkey);
 }

@@ -87,6 +87,7 @@ class Qp final : public QueuePair {
       umem_ = dx.register_umem(block_, lay_.bytes, kLocalWrite);
       // BlueFlame: a BF-type page, whose register is the write-combining window; else non-cached.
       uar_ = dx.alloc_uar(db_mode_ == dev::DoorbellMode::BlueFlame ? kUarAllocBf : kUarAllocNc);
+      map_uar_for_gpu();
       c::CreateCq cq;
       cq.log_cq_size = static_cast<uint8_t>(log_n_);
       cq.uar_page = uar_.page_id;
@@ -203,7 +204,7 @@ class Qp final : public QueuePair {
     dev::QpHandle h{};
     h.sq = block_ + lay_.sq;
     h.dbrec = reinterpret_cast<uint32_t*>(block_ + lay_.qp_dbr);
-    h.db = static_cast<uint64_t*>(uar_.reg_addr);
+    h.db = static_cast<uint64_t*>(uar_gpu_ ? uar_gpu_ : uar_.reg_addr);
     h.state = state_;
     h.cq.cqes = reinterpret_cast<Cqe64*>(block_ + lay_.cq);
     h.cq.dbrec = reinterpret_cast<uint32_t*>(block_ + lay_.cq_dbr);
@@ -234,17 +235,19 @@ class Qp final : public QueuePair {
   bool state_on_gpu_ = false;
   Devx::Umem umem_;
   Devx::Uar uar_;
+  void* uar_gpu_ = nullptr;  // the UAR register as kernels address it (map_uar_for_gpu), or null
   Devx::Object cq_, qp_;
   dev::DoorbellMode db_mode_ = dev::DoorbellMode::Uar;
   uint64_t watch_id_ = 0;  // CpuAssisted: this QP's entry in the device's CPU doorbell thread
   static constexpr uint32_t kUarAllocBf = 0, kUarAllocNc = 1;  // MLX5DV_UAR_ALLOC_TYPE_BF / _NC
 
   std::string who() const { return s_->name() + " QP " + hex(qp_.id()); }
-  void decide_doorbell() {
+  // map_failure: why mapping this QP's UAR into the GPU failed (empty: not tried yet).
+  void decide_doorbell(const std::string& map_failure = {}) {
     doorbell::UarReach reach;
     reach.gpu_posters = cfg_.posters == Posters::Gpu;
-    reach.gpu_mappable = s_->be.uar_gpu_mappable;
-    reach.why_not = s_->be.uar_gpu_why;
+    reach.gpu_mappable = s_->be.uar_gpu_mappable && map_failure.empty();
+    reach.why_not = map_failure.empty() ? s_->be.uar_gpu_why : "mapping the UAR into the GPU failed: " + map_failure;
     const doorbell::Decision d = doorbell::decide(s_->name() + ": create_qp", cfg_.doorbell,
                                                   std::getenv("KINET_DOORBELL_MODE"),
                                                   doorbell::Caps{true, true, true}, reach);
@@ -252,6 +255,16 @@ class Qp final : public QueuePair {
     if (d.note.empty()) return;
     if (!s_->noted_cpu_fallback.exchange(true)) KINET_LOG(Warn, "%s", d.note.c_str());
     else KINET_LOG(Debug, "%s", d.note.c_str());
+  }
+  // GPU posters on a ConnectX: its UAR page is I/O memory the GPU must map.
+  // A failure decides again: Auto becomes CpuAssisted (the CPU thread rings
+  // from the host mapping), an explicit Uar/BlueFlame throws NotSupported.
+  void map_uar_for_gpu() {
+    if (cfg_.posters != Posters::Gpu || !s_->be.uar_is_io_memory || db_mode_ == dev::DoorbellMode::CpuAssisted)
+      return;
+    std::string why;
+    uar_gpu_ = cuda::map_io_memory(uar_.reg_addr, 64, &why);
+    if (!uar_gpu_) decide_doorbell(why);
   }
   void watch() {
     if (db_mode_ == dev::DoorbellMode::CpuAssisted)
@@ -276,6 +289,8 @@ class Qp final : public QueuePair {
       std::lock_guard<std::mutex> g(s_->mu);
       qp_.reset();
       cq_.reset();
+      cuda::unmap_io_memory(uar_gpu_ ? uar_.reg_addr : nullptr);
+      uar_gpu_ = nullptr;
       uar_.reset();
       umem_.reset();
     }

@@ -39,14 +39,14 @@ struct Backend {
   std::string name;  // "mlx5_0", "mlx5_emu0": prefixes every error
   const DevxOps* devx = nullptr;
   const VerbsOps* verbs = nullptr;
-  // Whether kernels reach a UAR's doorbell register: the software NIC's is
-  // pinned host memory (true); on hardware it must be mapped into the GPU
-  // (cudaHostRegister with cudaHostRegisterIoMemory), which this provider does
-  // not do yet (false, with uar_gpu_why saying so). Decides Auto's doorbell
-  // mode for QpConfig::posters == Gpu (core/doorbell.hpp).
+  // Whether kernels can reach a UAR's doorbell register (false: uar_gpu_why
+  // says why). The software NIC's is pinned host memory; a ConnectX's is PCIe
+  // I/O memory (uar_is_io_memory) that each GPU-posted QP maps into the GPU
+  // (cuda::map_io_memory); when that fails, Auto falls back to CpuAssisted
+  // with a log line and an explicit mode is NotSupported (core/doorbell.hpp).
   bool uar_gpu_mappable = false;
-  std::string uar_gpu_why = "mapping the UAR into the GPU (cudaHostRegister with cudaHostRegisterIoMemory) is not "
-                            "implemented by the mlx5 provider yet";
+  std::string uar_gpu_why = "this backend's UAR can't be mapped into the GPU";
+  bool uar_is_io_memory = false;
 };
 
 // Takes ownership of b.ctx: it is closed (verbs->close) once the Device and

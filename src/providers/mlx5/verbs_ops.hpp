@@ -36,5 +36,10 @@ struct VerbsOps {
   int (*dereg_mr)(ibv_mr* mr);
   // Port `port` (1-based) and the GID entry kinet uses on it.
   int (*query_port)(ibv_context* ctx, uint8_t port, PortInfo* out);
+  // ibv_reg_dmabuf_mr (GPU memory exported by cuda::dmabuf_fd): iova = the
+  // address the keys answer to. Null when the backend has none (the software
+  // NIC reads GPU memory itself; rdma-core older than 34).
+  ibv_mr* (*reg_dmabuf_mr)(ibv_pd* pd, int fd, uint64_t offset, size_t len, uint64_t iova, uint32_t access,
+                           uint32_t* lkey, uint32_t* rkey) = nullptr;
 };
 }  // namespace kinet::mlx5
