@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kinet/transport.hpp"
+#include "transports/link_channel.hpp"
 #include "transports/loop_channel.hpp"
 #include "transports/msg_engine.hpp"
 
@@ -17,13 +18,26 @@ namespace kinet::test {
 using transport::MsgOptions;
 using transport::MsgTransport;
 
-inline std::unique_ptr<MsgTransport> loop_transport(const std::string& name, size_t depth = 1024,
+// A message-engine transport over channel `provider` ("loop", "tcp", "shm").
+inline std::unique_ptr<MsgTransport> make_transport(const std::string& provider, const std::string& name,
+                                                    size_t depth = 1024,
                                                     std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
   MsgOptions o;
   o.name = name;
   o.depth = depth;
   o.timeout = timeout;
-  return std::make_unique<MsgTransport>(transport::make_loop_channel(), transport::random_node_id(), o);
+  const uint64_t node = transport::random_node_id();
+  TransportOptions to;
+  to.name = name;
+  to.timeout = timeout;
+  std::unique_ptr<transport::Channel> ch = provider == "tcp"   ? transport::make_tcp_channel(to, node)
+                                           : provider == "shm" ? transport::make_shm_channel(to, node)
+                                                               : transport::make_loop_channel();
+  return std::make_unique<MsgTransport>(std::move(ch), node, o);
+}
+inline std::unique_ptr<MsgTransport> loop_transport(const std::string& name, size_t depth = 1024,
+                                                    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  return make_transport("loop", name, depth, timeout);
 }
 
 // Polls every transport in `all` until `t` returned `n` completions (into
@@ -47,8 +61,9 @@ inline size_t wait_completions(Transport& t, size_t n, std::vector<Completion>& 
 struct LoopPair {
   std::unique_ptr<MsgTransport> a, b;
   PeerId ab = 0, ba = 0;  // a's number for b, b's for a
-  explicit LoopPair(size_t depth = 1024, std::chrono::milliseconds timeout = std::chrono::seconds(20))
-      : a(loop_transport("rank A", depth, timeout)), b(loop_transport("rank B", depth, timeout)) {
+  explicit LoopPair(size_t depth = 1024, std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                    const std::string& provider = "loop")
+      : a(make_transport(provider, "rank A", depth, timeout)), b(make_transport(provider, "rank B", depth, timeout)) {
     ab = a->connect(b->address(), "rank B");
     ba = b->connect(a->address(), "rank A");
   }
