@@ -57,6 +57,14 @@ std::vector<uint8_t> frame(const iovec* iov, int n) {
   return f;
 }
 
+// A link's error without its own "peer lost: " (the engine adds one):
+// "tcp 192.0.2.2:41234: the peer closed the connection".
+std::string reason(std::string w) {
+  for (const char* lead : {": peer lost: ", " peer lost: "})
+    if (auto at = w.find(lead); at != std::string::npos) return w.replace(at, std::strlen(lead), ": ");
+  return w;
+}
+
 class LinkChannel final : public Channel {
  public:
   LinkChannel(bool shm, const TransportOptions& opt, uint64_t node)
@@ -296,7 +304,7 @@ class LinkChannel final : public Channel {
         }
         Event ev;
         ev.out_peer = static_cast<int32_t>(o.peer);
-        ev.why = e.what();
+        ev.why = reason(e.what());
         push(std::move(ev));
         return;
       }
@@ -338,7 +346,7 @@ class LinkChannel final : public Channel {
         push(std::move(ev));
       }
     } catch (const std::exception& e) {
-      fail(e.what(), true);
+      fail(reason(e.what()), true);
     }
   }
 
