@@ -1,6 +1,6 @@
 // kinet proxy — one poster source (poster.hpp) over both backends: an emu QP
-// (GDAKI through the software NIC) and the proxy over an in-process
-// transport. Same statuses, same bytes on both sides.
+// (GDAKI through the software NIC) and the proxy over the "loop" transport
+// (and over the tests' fake one). Same statuses, same bytes on both sides.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -44,9 +44,9 @@ template <Sharing S> Outcome over_emu(const std::vector<uint8_t>& l0, const std:
   return out;
 }
 
-template <Sharing S> Outcome over_proxy(const std::vector<uint8_t>& l0, const std::vector<uint8_t>& r0,
+template <Sharing S> Outcome over_proxy(Backend b, const std::vector<uint8_t>& l0, const std::vector<uint8_t>& r0,
                                         uint64_t word0, uint32_t many) {
-  ProxyRig r(kPosterLocalBytes, kPosterRemoteBytes);
+  ProxyRig r(kPosterLocalBytes, kPosterRemoteBytes, 4096, rig_proxy_config(), b);
   std::memcpy(r.local.p(), l0.data(), l0.size());
   std::memcpy(r.remote.p(), r0.data(), r0.size());
   ProxyChannel& ch = r.channel(rig_channel_config(16));
@@ -64,9 +64,13 @@ template <Sharing S> void same_result() {
   init(rng, l0, r0, word0);
   const uint32_t many = kPosterMaxMany;  // > 64 QP slots, > 16 proxy slots
   Outcome e = over_emu<S>(l0, r0, word0, many);
-  Outcome x = over_proxy<S>(l0, r0, word0, many);
+  Outcome f = over_proxy<S>(Backend::Fake, l0, r0, word0, many);
+  Outcome x = over_proxy<S>(Backend::Loop, l0, r0, word0, many);
   ASSERT_EQ(e.st, Status::Ok);
+  ASSERT_EQ(f.st, Status::Ok);
   ASSERT_EQ(x.st, Status::Ok);
+  EXPECT_EQ(f.local, x.local);
+  EXPECT_EQ(f.remote, x.remote);
   // The QP writes the old signal value into the scratch word; the proxy doesn't (proxy.cuh).
   EXPECT_EQ(std::memcmp(e.local.data(), x.local.data(), 8224), 0);
   EXPECT_EQ(e.remote, x.remote);

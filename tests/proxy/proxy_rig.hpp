@@ -36,15 +36,36 @@ struct Bytes {
   size_t n;
 };
 
-// Destruction order: regions, proxy, transport (members in reverse).
+// Destruction order: regions, proxy, transports (members in reverse).
+// Fake: one FakeTransport connected to itself (fault modes, an operation log).
+// Loop: two "loop" transports (the message engine, this process), the proxy
+// running one thread for each: the local region and the channel on a, the
+// remote region on b, served by the proxy's second thread.
+enum class Backend { Fake, Loop };
+inline const char* backend_name(Backend b) { return b == Backend::Fake ? "fake" : "loop"; }
+
 struct ProxyRig {
   explicit ProxyRig(size_t local_bytes = 1 << 16, size_t remote_bytes = 1 << 16, size_t capacity = 4096,
-                    const ProxyConfig& pc = rig_proxy_config())
+                    const ProxyConfig& pc = rig_proxy_config(), Backend backend = Backend::Fake)
       : t(capacity), local(local_bytes), remote(remote_bytes) {
-    self = t.connect({0xfa}, "self");
-    proxy = std::make_unique<Proxy>(t, pc);
+    size_t remote_transport = 0;
+    if (backend == Backend::Loop) {
+      TransportOptions o;
+      o.provider = "loop";
+      o.name = "proxy side";
+      la = Transport::open(o);
+      o.name = "target side";
+      lb = Transport::open(o);
+      self = la->connect(lb->address(), "target side");
+      lb->connect(la->address(), "proxy side");
+      proxy = std::make_unique<Proxy>(std::vector<Transport*>{la.get(), lb.get()}, pc);
+      remote_transport = 1;
+    } else {
+      self = t.connect({0xfa}, "self");
+      proxy = std::make_unique<Proxy>(t, pc);
+    }
     lreg = proxy->register_memory(local.p(), local.n, kAccessAll);
-    rreg = proxy->register_memory(remote.p(), remote.n, kAccessAll);
+    rreg = proxy->register_memory(remote.p(), remote.n, kAccessAll, MemoryKind::Host, remote_transport);
   }
   ProxyChannel& channel(const ProxyChannelConfig& c = rig_channel_config()) {
     ProxyChannel& ch = proxy->channel(self, c);
@@ -54,6 +75,7 @@ struct ProxyRig {
   Lkey lkey() const { return lreg->lkey(); }
 
   FakeTransport t;
+  std::unique_ptr<Transport> la, lb;
   PeerId self = 0;
   Bytes local, remote;
   std::unique_ptr<Proxy> proxy;
