@@ -127,7 +127,6 @@ ProxyChannel& Proxy::channel(PeerId peer, const ProxyChannelConfig& cfg) {
                                                    ? cuda::alloc_device(sizeof(dev::ProxyPostState))
                                                    : cuda::alloc_pinned(sizeof(dev::ProxyPostState)));
   st->status.assign(size_t{1} << log_n, proxy_detail::kFree);
-  st->reason.resize(size_t{1} << log_n);
   st->ops.assign(size_t{1} << log_n, 0);
   st->id = static_cast<uint32_t>(channels_.size());
   st->peer = peer;

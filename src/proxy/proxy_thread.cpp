@@ -266,7 +266,7 @@ void Thread::advance(ChannelState& s) {
       s.last_error = std::move(msg);
     }
     s.status[c & mask] = kFree;
-    if (st != 0) s.reason[c & mask].clear();
+    if (st != 0) s.reason.erase(c & mask);
     ++c;
   }
   if (c != s.completed) {

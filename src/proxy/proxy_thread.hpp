@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "kinet/proxy.hpp"
@@ -34,7 +35,7 @@ struct ChannelState {
   bool failed = false;      // a failure was seen: later descriptors are flushed, not executed
   bool error_published = false;
   std::vector<int32_t> status;      // by slot, for [completed, head)
-  std::vector<std::string> reason;  // by slot: why it failed
+  std::unordered_map<size_t, std::string> reason;  // by slot, failures only: why
   std::vector<uint8_t> ops;         // by slot: the opcode of a descriptor in flight
   // Read by ProxyChannel::last_error().
   mutable std::mutex err_mu;

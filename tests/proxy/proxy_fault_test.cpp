@@ -3,6 +3,7 @@
 // teardown with operations in flight, configuration errors.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -270,6 +271,15 @@ TEST(ProxyFault, ConfigurationErrorsNameTheValue) {
     c.cpus = "0";  // pinning to CPU 0 works on any machine
     Proxy x(t, c);
   }
+  // $KINET_PROXY_CPUS when ProxyConfig::cpus is empty; the config wins over it.
+  ::setenv("KINET_PROXY_CPUS", "0,zero", 1);
+  expect_throw([&] { Proxy x(t); }, ErrorCode::InvalidArgument, "KINET_PROXY_CPUS '0,zero'");
+  {
+    ProxyConfig c;
+    c.cpus = "0";
+    Proxy x(t, c);
+  }
+  ::unsetenv("KINET_PROXY_CPUS");
   Proxy proxy(t, rig_proxy_config());
   for (uint32_t slots : {0u, 1u, 3u, 100u, (1u << 20) + 1, 1u << 21}) {
     ProxyChannelConfig c = rig_channel_config(slots);
