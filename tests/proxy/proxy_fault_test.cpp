@@ -238,7 +238,7 @@ TEST(ProxyFault, DestructionDrainsOperationsInFlight) {
   const dev::ProxyHandle h = r.channel().handle();
   for (int i = 0; i < 50; ++i)
     ASSERT_EQ(dev::put<X>(h, r.local.p() + 8 * i, r.lkey(), r.remote.a() + 8 * i, r.rkey, 8), Status::Ok);
-  ASSERT_TRUE(eventually([&] { return h.shared->consumed == 50; }));
+  ASSERT_TRUE(eventually([&] { return load_acquire<Scope::System>(&h.shared->consumed) == 50; }));
   r.proxy->stop();
   EXPECT_EQ(r.t.outstanding(), 0u);
   EXPECT_EQ(dev::quiet<X>(h), Status::Ok);
