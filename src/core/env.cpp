@@ -55,6 +55,15 @@ constexpr Variable kVariables[] = {
      "peer counts as lost and its operations complete with error CQEs (syndrome 0x15). Parsed as "
      "KINET_TIMEOUT_MS",
      "emu provider", false},
+    {"KINET_TRANSPORT", "auto",
+     "provider of Transport::open() when TransportOptions::provider is empty: ucx, ofi, tcp, shm, loop, or auto "
+     "(the first of ucx, ofi, tcp that is built in and starts here)",
+     "transports", false},
+    {"KINET_TRANSPORT_TIMEOUT_MS", "10000",
+     "transports: bound in ms of each operation's answer when TransportOptions::timeout is 0; past it the peer "
+     "counts as lost (\"timeout after N ms waiting for <op> to <peer>\") and its operations complete with "
+     "TransportRetryExceeded. Parsed as KINET_TIMEOUT_MS",
+     "transports", false},
     {"KINET_TEST_SEED", "random", "seed of the tests' random data; every test binary prints the one it used",
      "tests", true},
     {"KINET_TEST_SCALE", "100", "percent applied to stress-loop sizes (the sanitizer builds set it lower)", "tests",
@@ -76,6 +85,11 @@ constexpr Variable kVariables[] = {
      "WQE into the BlueFlame window), cpu (posters write the doorbell record, a CPU thread rings). Another value: "
      "create_qp throws InvalidArgument; a mode the QP can't have: NotSupported",
      "emu and mlx5 providers", false},
+    {"KINET_PROXY_CPUS", "unset",
+     "comma-separated CPU numbers: proxy thread i (one per transport of a kinet::Proxy) is pinned to the i-th; "
+     "threads beyond the list are not pinned. ProxyConfig::cpus overrides it. Not a list of numbers: the Proxy "
+     "constructor throws InvalidArgument",
+     "proxy", false},
 };
 
 std::string row(const Variable& v) {
