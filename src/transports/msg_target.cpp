@@ -4,6 +4,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "core/cuda_shim.hpp"
 #include "core/log.hpp"
 #include "providers/emu/safe_copy.hpp"
 #include "transports/msg_engine.hpp"
@@ -82,6 +83,9 @@ std::unique_ptr<TransportRegion> MsgTransport::register_memory(void* addr, size_
                                                 " has bits beyond kAccessAll");
   if (kind != MemoryKind::Host && kind != MemoryKind::Gpu)
     throw Error(ErrorCode::InvalidArgument, "transport: register_memory: unknown memory kind");
+  if (kind == MemoryKind::Gpu && !cuda::available())
+    throw Error(ErrorCode::NotSupported, "transport: register_memory: GPU memory at " + hex(a) +
+                                             " but CUDA is not available in this process");
   Registry::Entry e{static_cast<uint8_t*>(addr), bytes, access, kind};
   const uint32_t key = unique_key();
   {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "transport_rig.hpp"
@@ -266,6 +267,77 @@ TEST_P(TransportOps, PeerClosedIsLost) {
   ASSERT_EQ(wait_completions(*p.a, 1, done, {}, 5s), 1u);
   EXPECT_EQ(done[0].status, Status::TransportRetryExceeded);
   EXPECT_EQ(p.a->peer_error(p.ab).rfind("peer lost: ", 0), 0u) << p.a->peer_error(p.ab);
+}
+
+TEST(TransportLoop, RegisterAndConnectArguments) {
+  auto t = loop_transport("rank A");
+  std::vector<uint8_t> buf(64);
+  auto code = [&](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return static_cast<ErrorCode>(-1);
+  };
+  EXPECT_EQ(code([&] { t->register_memory(nullptr, 8, kAccessAll); }), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code([&] { t->register_memory(buf.data(), 0, kAccessAll); }), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code([&] { t->register_memory(reinterpret_cast<void*>(~uintptr_t{0} - 3), 8, kAccessAll); }),
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(code([&] { t->register_memory(buf.data(), 8, kAccessAll + 1); }), ErrorCode::InvalidArgument);
+  auto r = t->register_memory(buf.data(), 64, kRemoteRead);
+  const RemoteKey k = r->remote_key();
+  EXPECT_EQ(k.provider, RemoteKey::kTransport);
+  EXPECT_EQ(k.node, t->node());
+  EXPECT_NE(k.rkey, 0u);
+  EXPECT_EQ(k.access, uint32_t{kRemoteRead});
+  EXPECT_EQ(RemoteKey::deserialize(k.serialize().data(), k.serialize().size()).rkey, k.rkey);
+  // Keys are never reused in the process.
+  std::set<uint32_t> keys{k.rkey};
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(keys.insert(t->register_memory(buf.data(), 8, 0)->remote_key().rkey).second);
+  // connect: a malformed blob names the peer; a loop channel that is gone is unreachable.
+  try {
+    t->connect({1, 2, 3}, "rank Z");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("rank Z"), std::string::npos) << e.what();
+  }
+  std::vector<uint8_t> gone;
+  {
+    auto u = loop_transport("rank U");
+    gone = u->address();
+  }
+  EXPECT_EQ(code([&] { t->connect(gone, "rank U"); }), ErrorCode::System);
+  EXPECT_EQ(t->connect(loop_transport("rank V")->address(), "rank V") + 0, 0u) << "not numbered from 0";
+}
+
+// register_memory / a region's destructor / import_key on other threads while
+// operations flow (the header's threading rule; the TSan build runs it).
+TEST(TransportLoop, RegistrationConcurrentWithTraffic) {
+  LoopPair p;
+  std::vector<uint8_t> mem(4096);
+  auto r = p.b->register_memory(mem.data(), mem.size(), kAccessAll);
+  const uint32_t k = p.a->import_key(p.ab, r->remote_key());
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    std::vector<uint8_t> other(256);
+    while (!stop.load()) {
+      auto q = p.b->register_memory(other.data(), other.size(), kAccessAll);
+      (void)p.a->import_key(p.ab, q->remote_key());
+    }
+  });
+  std::vector<uint64_t> v(512);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = i;
+    ASSERT_EQ(p.a->put(p.ab, &v[i], 8, k, reinterpret_cast<uint64_t>(mem.data()) + 8 * i, i), Status::Ok);
+  }
+  std::vector<Completion> done;
+  EXPECT_EQ(wait_completions(*p.a, v.size(), done, {p.b.get()}), v.size());
+  stop = true;
+  churn.join();
+  for (auto& c : done) EXPECT_EQ(c.status, Status::Ok);
+  EXPECT_EQ(0, std::memcmp(mem.data(), v.data(), 8 * v.size()));
 }
 
 TEST(TransportOpen, Providers) {
