@@ -340,6 +340,86 @@ TEST(TransportLoop, RegistrationConcurrentWithTraffic) {
   EXPECT_EQ(0, std::memcmp(mem.data(), v.data(), 8 * v.size()));
 }
 
+// A channel that does not keep order: each progress() delivers what the
+// loop channel under it received in reverse. The engine must reorder by
+// sequence number, so data still lands before the signal after it.
+class ReversingChannel final : public transport::Channel, transport::ChannelEvents {
+ public:
+  ReversingChannel() : in_(transport::make_loop_channel()) {}
+  const char* provider() const override { return "reversing"; }
+  std::string describe() const override { return "reversing loop"; }
+  bool ordered() const override { return false; }
+  size_t max_message() const override { return 4096; }
+  std::vector<uint8_t> address() const override { return in_->address(); }
+  uint32_t add_peer(const std::vector<uint8_t>& a, const std::string& n) override { return in_->add_peer(a, n); }
+  bool send(uint32_t p, const iovec* iov, int n, uint64_t t) override { return in_->send(p, iov, n, t); }
+  size_t progress(transport::ChannelEvents& ev) override {
+    up_ = &ev;
+    const size_t n = in_->progress(*this);
+    for (auto it = batch_.rbegin(); it != batch_.rend(); ++it) ev.on_message(it->first, it->second.data(), it->second.size());
+    reversed_ += batch_.size() > 1;
+    batch_.clear();
+    return n;
+  }
+  size_t reversed_ = 0;
+
+ private:
+  void on_message(uint32_t p, const uint8_t* d, size_t n) override { batch_.emplace_back(p, std::vector<uint8_t>(d, d + n)); }
+  void on_stranger(std::string_view w, const uint8_t* d, size_t n) override { up_->on_stranger(w, d, n); }
+  void on_sent(uint64_t t, bool ok) override { up_->on_sent(t, ok); }
+  void on_peer_lost(uint32_t p, const std::string& w) override { up_->on_peer_lost(p, w); }
+  std::unique_ptr<transport::Channel> in_;
+  transport::ChannelEvents* up_ = nullptr;
+  std::vector<std::pair<uint32_t, std::vector<uint8_t>>> batch_;
+};
+
+TEST(TransportLoop, UnorderedChannelIsReordered) {
+  MsgOptions o;
+  o.timeout = 20s;
+  auto rc = std::make_unique<ReversingChannel>();
+  ReversingChannel* raw = rc.get();
+  auto b = std::make_unique<MsgTransport>(std::move(rc), transport::random_node_id(), o);
+  auto a = std::make_unique<MsgTransport>(std::make_unique<ReversingChannel>(), transport::random_node_id(), o);
+  const PeerId ab = a->connect(b->address(), "rank B");
+  b->connect(a->address(), "rank A");
+  std::vector<uint8_t> mem(64 * 1024 + 8, 0);
+  auto r = b->register_memory(mem.data(), mem.size(), kAccessAll);
+  const uint32_t k = a->import_key(ab, r->remote_key());
+  const uint64_t base = reinterpret_cast<uint64_t>(mem.data());
+  // Split puts (4 KiB messages) then a set of the word, then an add: applied in order.
+  auto src = pattern(64 * 1024, 5);
+  ASSERT_EQ(a->put(ab, src.data(), src.size(), k, base, 1), Status::Ok);
+  ASSERT_EQ(a->signal(ab, k, base + 64 * 1024, SignalOp::Set, 10, 2), Status::Ok);
+  ASSERT_EQ(a->signal(ab, k, base + 64 * 1024, SignalOp::Add, 1, 3), Status::Ok);
+  std::vector<Completion> done;
+  ASSERT_EQ(wait_completions(*a, 3, done, {b.get()}), 3u);
+  for (auto& c : done) EXPECT_EQ(c.status, Status::Ok);
+  EXPECT_GT(raw->reversed_, 0u) << "the channel never reordered anything: the test proves nothing";
+  EXPECT_EQ(0, std::memcmp(mem.data(), src.data(), src.size()));
+  uint64_t w;
+  std::memcpy(&w, mem.data() + 64 * 1024, 8);
+  EXPECT_EQ(w, 11u) << "set then add: 11; add then set would give 10";
+}
+
+TEST(TransportOpen, EnvironmentAndMissingBackends) {
+  setenv("KINET_TRANSPORT", "loop", 1);
+  auto t = Transport::open({});
+  unsetenv("KINET_TRANSPORT");
+  EXPECT_STREQ(t->provider(), "loop");
+  auto names = Transport::providers();
+  EXPECT_EQ(names.front() == "ucx" || names.front() == "ofi" || names.front() == "tcp", true) << names.front();
+  for (const char* n : {"ucx", "ofi"})
+    if (std::find(names.begin(), names.end(), n) == names.end()) {
+      try {
+        Transport::open({.provider = n});
+        FAIL() << n;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported);
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+      }
+    }
+}
+
 TEST(TransportOpen, Providers) {
   auto names = Transport::providers();
   EXPECT_NE(std::find(names.begin(), names.end(), "loop"), names.end());
