@@ -408,6 +408,7 @@ TEST(TransportOpen, EnvironmentAndMissingBackends) {
   EXPECT_STREQ(t->provider(), "loop");
   auto names = Transport::providers();
   EXPECT_EQ(names.front() == "ucx" || names.front() == "ofi" || names.front() == "tcp", true) << names.front();
+  EXPECT_EQ(Transport::open({.provider = "auto"})->provider(), names.front()) << "auto takes the first that starts";
   for (const char* n : {"ucx", "ofi"})
     if (std::find(names.begin(), names.end(), n) == names.end()) {
       try {
