@@ -38,6 +38,7 @@ using fabric::Clock;
 constexpr uint32_t kHelloMagic = 0x484c4e4b;  // "KNLH"
 constexpr size_t kMaxQueued = size_t{64} << 20;  // bytes queued per sender / in the event queue
 constexpr size_t kMaxAddress = 512;
+constexpr size_t kMaxInbound = 1024;  // links accepted and alive at once (a thread each)
 
 // A whole link frame around an engine message.
 std::vector<uint8_t> frame(const iovec* iov, int n) {
@@ -210,7 +211,7 @@ class LinkChannel final : public Channel {
         lost(ev, static_cast<uint32_t>(e.out_peer), e.why);
         continue;
       }
-      const int32_t peer = match(*e.in);
+      const int32_t peer = match(*e.in);  // e.in keeps the link's record alive
       if (e.lost) {
         if (peer >= 0) lost(ev, static_cast<uint32_t>(peer), e.why);
       } else if (peer >= 0) {
@@ -240,9 +241,10 @@ class LinkChannel final : public Channel {
     std::string claimed;  // set by the receiver before its first message event
     int32_t peer = -1;    // progress()'s cache of match()
     std::thread th;
+    std::atomic<bool> done{false};  // the receiver returned: the listener joins and drops it
   };
   struct Event {
-    In* in = nullptr;
+    std::shared_ptr<In> in;
     int32_t out_peer = -1;  // a sender failed: that peer is lost
     bool lost = false;
     std::string why;
@@ -283,6 +285,7 @@ class LinkChannel final : public Channel {
   }
 
   void send_loop(Out& o) {
+    constexpr size_t kBatchBytes = 256 * 1024;
     for (;;) {
       std::vector<uint8_t> f;
       {
@@ -292,6 +295,13 @@ class LinkChannel final : public Channel {
         f = std::move(o.q.front());
         o.q.pop_front();
         o.bytes -= f.size();
+        // Small frames queued behind it go in the same send (the links take
+        // back-to-back frames as one byte run): one syscall for many messages.
+        while (!o.q.empty() && f.size() + o.q.front().size() <= kBatchBytes) {
+          f.insert(f.end(), o.q.front().begin(), o.q.front().end());
+          o.bytes -= o.q.front().size();
+          o.q.pop_front();
+        }
       }
       try {
         o.link->send(f.data(), f.size(), Clock::now() + timeout_);
@@ -311,13 +321,18 @@ class LinkChannel final : public Channel {
     }
   }
 
-  void recv_loop(In& in) {
+  void recv_loop(const std::shared_ptr<In>& self) {
+    In& in = *self;
+    struct Done {
+      In& in;
+      ~Done() { in.done = true; }
+    } done{in};
     std::vector<uint8_t> buf;
     auto fail = [&](const std::string& why, bool report) {
       if (stop_) return;
       if (report) {
         Event ev;
-        ev.in = &in;
+        ev.in = self;
         ev.lost = true;
         ev.why = why;
         push(std::move(ev));
@@ -341,7 +356,7 @@ class LinkChannel final : public Channel {
         if (buf[5] != static_cast<uint8_t>(fabric::FrameType::Transport)) return fail("a frame of type " +
                                                                                           std::to_string(buf[5]), true);
         Event ev;
-        ev.in = &in;
+        ev.in = self;
         ev.data.assign(buf.begin() + fabric::kHeaderBytes, buf.end());
         push(std::move(ev));
       }
@@ -360,6 +375,7 @@ class LinkChannel final : public Channel {
         return;
       }
       if (p[1].revents || stop_) return;
+      reap();
       if (n <= 0 || !(p[0].revents & POLLIN)) continue;
       std::unique_ptr<fabric::Link> link;
       try {
@@ -375,15 +391,31 @@ class LinkChannel final : public Channel {
         KINET_LOG(Warn, "transport %s: refused a connection: %s", provider(), e.what());
       }
       if (!link) continue;
-      auto in = std::make_unique<In>();
+      auto in = std::make_shared<In>();
       in->who = link->peer_name();
       in->link = std::move(link);
-      In* raw = in.get();
       std::lock_guard lk(mu_);
       if (stop_) return;
-      ins_.push_back(std::move(in));
-      raw->th = std::thread([this, raw] { recv_loop(*raw); });
+      if (ins_.size() >= kMaxInbound) {
+        KINET_LOG(Warn, "transport %s: refused %s: already %zu inbound links", provider(), in->who.c_str(),
+                  ins_.size());
+        continue;  // closes it
+      }
+      ins_.push_back(in);
+      in->th = std::thread([this, in] { recv_loop(in); });
     }
+  }
+
+  // Joins and drops the receivers that returned (their links are closed).
+  void reap() {
+    std::list<std::shared_ptr<In>> dead;
+    {
+      std::lock_guard lk(mu_);
+      for (auto it = ins_.begin(); it != ins_.end();)
+        if ((*it)->done) dead.splice(dead.end(), ins_, it++);
+        else ++it;
+    }
+    for (auto& in : dead) in->th.join();
   }
 
   const bool shm_;
@@ -399,7 +431,7 @@ class LinkChannel final : public Channel {
 
   std::mutex mu_;  // outs_, ins_, by_address_
   std::vector<std::unique_ptr<Out>> outs_;
-  std::list<std::unique_ptr<In>> ins_;
+  std::list<std::shared_ptr<In>> ins_;
   std::unordered_map<std::string, uint32_t> by_address_;
 
   std::mutex ev_mu_;  // events_, sent_, ev_bytes_

@@ -4,6 +4,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "core/cuda_shim.hpp"
 #include "core/log.hpp"
 #include "providers/emu/safe_copy.hpp"
 #include "transports/msg_engine.hpp"
@@ -82,6 +83,9 @@ std::unique_ptr<TransportRegion> MsgTransport::register_memory(void* addr, size_
                                                 " has bits beyond kAccessAll");
   if (kind != MemoryKind::Host && kind != MemoryKind::Gpu)
     throw Error(ErrorCode::InvalidArgument, "transport: register_memory: unknown memory kind");
+  if (kind == MemoryKind::Gpu && !cuda::available())
+    throw Error(ErrorCode::NotSupported, "transport: register_memory: GPU memory at " + hex(a) +
+                                             " but CUDA is not available in this process");
   Registry::Entry e{static_cast<uint8_t*>(addr), bytes, access, kind};
   const uint32_t key = unique_key();
   {
@@ -192,6 +196,18 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
   uint64_t old = 0;
   std::vector<uint8_t> out;
   auto signal = [&](uint64_t* w, MemoryKind k, uint8_t op, uint64_t v) -> Status {
+    if (k == MemoryKind::Host) {
+      // A waiter reads the word with acquire loads: the update is a release
+      // atomic, so the data copied before it is visible to whoever sees it
+      // (weakly ordered CPUs too). A guarded read first turns an unmapped
+      // word into an error answer; memory unmapped in between by the
+      // application, or mapped read-only, is its bug.
+      uint64_t probe;
+      if (Status e = fault(emu::safe_copy(&probe, MemoryKind::Host, w, k, 8), k); e != Status::Ok) return e;
+      if (op == static_cast<uint8_t>(SignalOp::Add)) __atomic_fetch_add(w, v, __ATOMIC_RELEASE);
+      else __atomic_store_n(w, v, __ATOMIC_RELEASE);
+      return Status::Ok;
+    }
     if (op == static_cast<uint8_t>(SignalOp::Add)) return fault(emu::safe_atomic(w, k, true, v, 0, &old), k);
     // Set: compare-and-swap until it lands (safe_atomic serialises the engine's atomics).
     uint64_t cur = 0;

@@ -8,6 +8,10 @@
 #include <cstring>
 #include <deque>
 
+#include <fstream>
+
+#include "fabric/tcp_link.hpp"
+#include "fabric/wire.hpp"
 #include "transport_rig.hpp"
 #include "transports/msg_wire.hpp"
 
@@ -359,6 +363,90 @@ TEST(TransportHostile, FloodIsRejectedAndTheTargetStillServes) {
   uint64_t v = 3;
   ASSERT_EQ(p.a->put(p.ab, &v, 8, k, g.base(), 1), Status::Ok);
   EXPECT_EQ(p.one().status, Status::Ok);
+}
+
+// ---- the tcp channel's listener against raw connections --------------------
+
+int threads_now() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+std::vector<uint8_t> link_frame(const std::vector<uint8_t>& body) {
+  std::vector<uint8_t> f(fabric::kHeaderBytes, 0);
+  const uint32_t magic = fabric::kMagic, len = static_cast<uint32_t>(body.size());
+  std::memcpy(f.data(), &magic, 4);
+  f[4] = fabric::kVersion;
+  f[5] = static_cast<uint8_t>(fabric::FrameType::Transport);
+  std::memcpy(f.data() + 8, &len, 4);
+  f.insert(f.end(), body.begin(), body.end());
+  return f;
+}
+
+TEST(TransportLinkHostile, GarbageStrangersAndManyConnections) {
+  auto t = make_transport("tcp", "target");
+  Guarded g(*t, 64, kAccessAll);
+  uint64_t node;
+  std::vector<uint8_t> ca;
+  transport::parse_engine_address(t->address(), "target", &node, &ca);
+  const std::string ep(ca.begin(), ca.end());
+  const int base_threads = threads_now();
+  Completion c[4];
+  auto poll_until = [&](auto&& done) {
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    while (!done() && std::chrono::steady_clock::now() < end) t->poll(c, 4);
+    return done();
+  };
+  // Garbage instead of a frame: the link is dropped, nothing else happens.
+  {
+    auto l = fabric::tcp_connect(ep, std::chrono::steady_clock::now() + 5s);
+    const std::vector<uint8_t> junk(100, 0x42);
+    l->send(junk.data(), junk.size(), std::chrono::steady_clock::now() + 5s);
+  }
+  // A hello claiming an address nobody connected, then a valid-looking put: a stranger.
+  {
+    auto l = fabric::tcp_connect(ep, std::chrono::steady_clock::now() + 5s);
+    std::vector<uint8_t> hello(12);
+    const uint32_t hm = 0x484c4e4b;
+    std::memcpy(hello.data(), &hm, 4);
+    const std::string claim = "tcp 192.0.2.99:1";
+    hello.insert(hello.end(), claim.begin(), claim.end());
+    auto f = link_frame(hello);
+    l->send(f.data(), f.size(), std::chrono::steady_clock::now() + 5s);
+    wire::Request r;
+    r.type = MsgType::Put, r.node = 5, r.seq = 1, r.op_id = 1, r.key = g.region->remote_key().rkey;
+    r.raddr = g.base(), r.length = 8;
+    std::vector<uint8_t> m(wire::kRequestBytes);
+    wire::encode_header(r, m.data());
+    m.resize(m.size() + 8, 0xEE);
+    f = link_frame(m);
+    l->send(f.data(), f.size(), std::chrono::steady_clock::now() + 5s);
+    EXPECT_TRUE(poll_until([&] { return t->rejected("stranger") == 1; })) << t->rejected("stranger");
+  }
+  // Many connections opened and closed: their receiver threads end (the
+  // listener joins them; the kernel count shows only that they ended).
+  for (int i = 0; i < 50; ++i) {
+    auto l = fabric::tcp_connect(ep, std::chrono::steady_clock::now() + 5s);
+    l->close();
+  }
+  EXPECT_TRUE(poll_until([&] { return threads_now() <= base_threads; }))
+      << threads_now() << " threads, " << base_threads << " before the connections";
+  EXPECT_TRUE(g.zero());
+  EXPECT_TRUE(g.guards_intact());
+  // Still serving: a real peer's put lands.
+  auto a = make_transport("tcp", "rank A");
+  const PeerId ab = a->connect(t->address(), "target");
+  t->connect(a->address(), "rank A");
+  const uint32_t k = a->import_key(ab, g.region->remote_key());
+  uint64_t v = 77;
+  ASSERT_EQ(a->put(ab, &v, 8, k, g.base(), 1), Status::Ok);
+  std::vector<Completion> done;
+  ASSERT_EQ(wait_completions(*a, 1, done, {t.get()}), 1u);
+  EXPECT_EQ(done[0].status, Status::Ok);
+  EXPECT_EQ(0, std::memcmp(g.mem(), &v, 8));
 }
 
 }  // namespace

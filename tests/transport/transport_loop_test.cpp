@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "transport_rig.hpp"
@@ -266,6 +267,158 @@ TEST_P(TransportOps, PeerClosedIsLost) {
   ASSERT_EQ(wait_completions(*p.a, 1, done, {}, 5s), 1u);
   EXPECT_EQ(done[0].status, Status::TransportRetryExceeded);
   EXPECT_EQ(p.a->peer_error(p.ab).rfind("peer lost: ", 0), 0u) << p.a->peer_error(p.ab);
+}
+
+TEST(TransportLoop, RegisterAndConnectArguments) {
+  auto t = loop_transport("rank A");
+  std::vector<uint8_t> buf(64);
+  auto code = [&](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return static_cast<ErrorCode>(-1);
+  };
+  EXPECT_EQ(code([&] { t->register_memory(nullptr, 8, kAccessAll); }), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code([&] { t->register_memory(buf.data(), 0, kAccessAll); }), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code([&] { t->register_memory(reinterpret_cast<void*>(~uintptr_t{0} - 3), 8, kAccessAll); }),
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(code([&] { t->register_memory(buf.data(), 8, kAccessAll + 1); }), ErrorCode::InvalidArgument);
+  auto r = t->register_memory(buf.data(), 64, kRemoteRead);
+  const RemoteKey k = r->remote_key();
+  EXPECT_EQ(k.provider, RemoteKey::kTransport);
+  EXPECT_EQ(k.node, t->node());
+  EXPECT_NE(k.rkey, 0u);
+  EXPECT_EQ(k.access, uint32_t{kRemoteRead});
+  EXPECT_EQ(RemoteKey::deserialize(k.serialize().data(), k.serialize().size()).rkey, k.rkey);
+  // Keys are never reused in the process.
+  std::set<uint32_t> keys{k.rkey};
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(keys.insert(t->register_memory(buf.data(), 8, 0)->remote_key().rkey).second);
+  // connect: a malformed blob names the peer; a loop channel that is gone is unreachable.
+  try {
+    t->connect({1, 2, 3}, "rank Z");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("rank Z"), std::string::npos) << e.what();
+  }
+  std::vector<uint8_t> gone;
+  {
+    auto u = loop_transport("rank U");
+    gone = u->address();
+  }
+  EXPECT_EQ(code([&] { t->connect(gone, "rank U"); }), ErrorCode::System);
+  EXPECT_EQ(t->connect(loop_transport("rank V")->address(), "rank V") + 0, 0u) << "not numbered from 0";
+}
+
+// register_memory / a region's destructor / import_key on other threads while
+// operations flow (the header's threading rule; the TSan build runs it).
+TEST(TransportLoop, RegistrationConcurrentWithTraffic) {
+  LoopPair p;
+  std::vector<uint8_t> mem(4096);
+  auto r = p.b->register_memory(mem.data(), mem.size(), kAccessAll);
+  const uint32_t k = p.a->import_key(p.ab, r->remote_key());
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    std::vector<uint8_t> other(256);
+    while (!stop.load()) {
+      auto q = p.b->register_memory(other.data(), other.size(), kAccessAll);
+      (void)p.a->import_key(p.ab, q->remote_key());
+    }
+  });
+  std::vector<uint64_t> v(512);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = i;
+    ASSERT_EQ(p.a->put(p.ab, &v[i], 8, k, reinterpret_cast<uint64_t>(mem.data()) + 8 * i, i), Status::Ok);
+  }
+  std::vector<Completion> done;
+  EXPECT_EQ(wait_completions(*p.a, v.size(), done, {p.b.get()}), v.size());
+  stop = true;
+  churn.join();
+  for (auto& c : done) EXPECT_EQ(c.status, Status::Ok);
+  EXPECT_EQ(0, std::memcmp(mem.data(), v.data(), 8 * v.size()));
+}
+
+// A channel that does not keep order: each progress() delivers what the
+// loop channel under it received in reverse. The engine must reorder by
+// sequence number, so data still lands before the signal after it.
+class ReversingChannel final : public transport::Channel, transport::ChannelEvents {
+ public:
+  ReversingChannel() : in_(transport::make_loop_channel()) {}
+  const char* provider() const override { return "reversing"; }
+  std::string describe() const override { return "reversing loop"; }
+  bool ordered() const override { return false; }
+  size_t max_message() const override { return 4096; }
+  std::vector<uint8_t> address() const override { return in_->address(); }
+  uint32_t add_peer(const std::vector<uint8_t>& a, const std::string& n) override { return in_->add_peer(a, n); }
+  bool send(uint32_t p, const iovec* iov, int n, uint64_t t) override { return in_->send(p, iov, n, t); }
+  size_t progress(transport::ChannelEvents& ev) override {
+    up_ = &ev;
+    const size_t n = in_->progress(*this);
+    for (auto it = batch_.rbegin(); it != batch_.rend(); ++it) ev.on_message(it->first, it->second.data(), it->second.size());
+    reversed_ += batch_.size() > 1;
+    batch_.clear();
+    return n;
+  }
+  size_t reversed_ = 0;
+
+ private:
+  void on_message(uint32_t p, const uint8_t* d, size_t n) override { batch_.emplace_back(p, std::vector<uint8_t>(d, d + n)); }
+  void on_stranger(std::string_view w, const uint8_t* d, size_t n) override { up_->on_stranger(w, d, n); }
+  void on_sent(uint64_t t, bool ok) override { up_->on_sent(t, ok); }
+  void on_peer_lost(uint32_t p, const std::string& w) override { up_->on_peer_lost(p, w); }
+  std::unique_ptr<transport::Channel> in_;
+  transport::ChannelEvents* up_ = nullptr;
+  std::vector<std::pair<uint32_t, std::vector<uint8_t>>> batch_;
+};
+
+TEST(TransportLoop, UnorderedChannelIsReordered) {
+  MsgOptions o;
+  o.timeout = 20s;
+  auto rc = std::make_unique<ReversingChannel>();
+  ReversingChannel* raw = rc.get();
+  auto b = std::make_unique<MsgTransport>(std::move(rc), transport::random_node_id(), o);
+  auto a = std::make_unique<MsgTransport>(std::make_unique<ReversingChannel>(), transport::random_node_id(), o);
+  const PeerId ab = a->connect(b->address(), "rank B");
+  b->connect(a->address(), "rank A");
+  std::vector<uint8_t> mem(64 * 1024 + 8, 0);
+  auto r = b->register_memory(mem.data(), mem.size(), kAccessAll);
+  const uint32_t k = a->import_key(ab, r->remote_key());
+  const uint64_t base = reinterpret_cast<uint64_t>(mem.data());
+  // Split puts (4 KiB messages) then a set of the word, then an add: applied in order.
+  auto src = pattern(64 * 1024, 5);
+  ASSERT_EQ(a->put(ab, src.data(), src.size(), k, base, 1), Status::Ok);
+  ASSERT_EQ(a->signal(ab, k, base + 64 * 1024, SignalOp::Set, 10, 2), Status::Ok);
+  ASSERT_EQ(a->signal(ab, k, base + 64 * 1024, SignalOp::Add, 1, 3), Status::Ok);
+  std::vector<Completion> done;
+  ASSERT_EQ(wait_completions(*a, 3, done, {b.get()}), 3u);
+  for (auto& c : done) EXPECT_EQ(c.status, Status::Ok);
+  EXPECT_GT(raw->reversed_, 0u) << "the channel never reordered anything: the test proves nothing";
+  EXPECT_EQ(0, std::memcmp(mem.data(), src.data(), src.size()));
+  uint64_t w;
+  std::memcpy(&w, mem.data() + 64 * 1024, 8);
+  EXPECT_EQ(w, 11u) << "set then add: 11; add then set would give 10";
+}
+
+TEST(TransportOpen, EnvironmentAndMissingBackends) {
+  setenv("KINET_TRANSPORT", "loop", 1);
+  auto t = Transport::open({});
+  unsetenv("KINET_TRANSPORT");
+  EXPECT_STREQ(t->provider(), "loop");
+  auto names = Transport::providers();
+  EXPECT_EQ(names.front() == "ucx" || names.front() == "ofi" || names.front() == "tcp", true) << names.front();
+  EXPECT_EQ(Transport::open({.provider = "auto"})->provider(), names.front()) << "auto takes the first that starts";
+  for (const char* n : {"ucx", "ofi"})
+    if (std::find(names.begin(), names.end(), n) == names.end()) {
+      try {
+        Transport::open({.provider = n});
+        FAIL() << n;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported);
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+      }
+    }
 }
 
 TEST(TransportOpen, Providers) {

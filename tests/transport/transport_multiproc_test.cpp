@@ -9,6 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <sched.h>
+
+#include <cstdlib>
 #include <cstring>
 
 #include "transport_rig.hpp"
@@ -43,10 +47,30 @@ bool read_blob(int fd, std::vector<uint8_t>& b, Clock::time_point d) {
   return read_exact(fd, b.data(), n, d);
 }
 
+// Moves the calling thread (and the threads it starts later) into network
+// namespace `ns` (made by `ip netns add`); returns the old one's fd, or -1.
+int enter_netns(const std::string& ns) {
+  const int old = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  const int fd = open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  const bool ok = fd >= 0 && setns(fd, CLONE_NEWNET) == 0;
+  if (fd >= 0) close(fd);
+  if (!ok) {
+    close(old);
+    return -1;
+  }
+  return old;
+}
+
 // The target process: registers a region, publishes address and key, serves
-// until the requester is gone (or 60 s).
-[[noreturn]] void serve(const std::string& provider, int in, int out) {
+// until the requester is gone (or 60 s). `ns`: a network namespace to serve
+// from, `ifname` its interface.
+[[noreturn]] void serve(const std::string& provider, int in, int out, const std::string& ns = "",
+                        const std::string& ifname = "") {
   int rc = 1;
+  if (!ns.empty()) {
+    if (enter_netns(ns) < 0) _exit(3);
+    setenv("KINET_SOCKET_IFNAME", ("=" + ifname).c_str(), 1);
+  }
   try {
     auto t = make_transport(provider, "target", 1024, 10s);
     std::vector<uint8_t> mem(kRegion, 0);
@@ -89,6 +113,7 @@ class TransportMultiproc : public ::testing::TestWithParam<std::string> {
   uint32_t key = 0;
   uint64_t base = 0;
 
+  std::string ns_b, if_b;  // set: the target serves from that namespace
   void start(size_t depth, std::chrono::milliseconds timeout) {
     int a[2], b[2];
     ASSERT_EQ(pipe(a), 0);
@@ -97,7 +122,7 @@ class TransportMultiproc : public ::testing::TestWithParam<std::string> {
     ASSERT_GE(child.pid, 0);
     if (child.pid == 0) {
       close(a[1]), close(b[0]);
-      serve(GetParam(), a[0], b[1]);
+      serve(GetParam(), a[0], b[1], ns_b, if_b);
     }
     close(a[0]), close(b[1]);
     child.to = a[1], child.from = b[0];
@@ -233,6 +258,82 @@ TEST_P(TransportMultiproc, KillNineEndsInPeerLost) {
 
 INSTANTIATE_TEST_SUITE_P(Channels, TransportMultiproc, ::testing::Values("tcp", "shm"),
                          [](const auto& i) { return i.param; });
+
+// ---- two network namespaces joined by a veth pair (tcp) ---------------------
+bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+
+class TransportNetns : public TransportMultiproc {
+ protected:
+  void SetUp() override {
+    const std::string tag = std::to_string(getpid());
+    const std::string t8 = tag.substr(tag.size() > 8 ? tag.size() - 8 : 0);
+    ns_a = "kinet_xp_a" + tag, ns_b = "kinet_xp_b" + tag, if_a = "kxa" + t8, if_b = "kxb" + t8;
+    const bool ok = sh("ip netns add " + ns_a) && (made_a = true) && sh("ip netns add " + ns_b) && (made_b = true) &&
+                    sh("ip link add " + if_a + " netns " + ns_a + " type veth peer name " + if_b + " netns " + ns_b) &&
+                    sh("ip -n " + ns_a + " addr add 10.215.0.1/24 dev " + if_a) &&
+                    sh("ip -n " + ns_b + " addr add 10.215.0.2/24 dev " + if_b) &&
+                    sh("ip -n " + ns_a + " link set " + if_a + " up") &&
+                    sh("ip -n " + ns_b + " link set " + if_b + " up") && sh("ip -n " + ns_a + " link set lo up") &&
+                    sh("ip -n " + ns_b + " link set lo up");
+    if (!ok) GTEST_SKIP() << "cannot create network namespaces and a veth pair (needs root and ip netns)";
+    old_ns = enter_netns(ns_a);
+    if (old_ns < 0) GTEST_SKIP() << "cannot enter network namespace " << ns_a;
+    const char* v = std::getenv("KINET_SOCKET_IFNAME");
+    had_ifname = v != nullptr;
+    if (v) old_ifname = v;
+    setenv("KINET_SOCKET_IFNAME", ("=" + if_a).c_str(), 1);
+  }
+  void TearDown() override {
+    t.reset();  // its sockets and threads live in ns_a
+    if (old_ns >= 0) {
+      setns(old_ns, CLONE_NEWNET);
+      close(old_ns);
+      if (had_ifname) setenv("KINET_SOCKET_IFNAME", old_ifname.c_str(), 1);
+      else unsetenv("KINET_SOCKET_IFNAME");
+    }
+    if (made_a) sh("ip netns del " + ns_a);  // deletes the veth pair too
+    if (made_b) sh("ip netns del " + ns_b);
+  }
+  std::string ns_a, if_a, old_ifname;
+  bool made_a = false, made_b = false, had_ifname = false;
+  int old_ns = -1;
+};
+
+TEST_P(TransportNetns, OperationsAcrossNamespaces) {
+  start(64, 10s);
+  EXPECT_NE(t->describe().find("10.215.0.1"), std::string::npos) << t->describe();
+  auto src = pattern(2 * t->payload_limit() + 99, 4);
+  ASSERT_EQ(t->put(peer, src.data(), src.size(), key, base + 16, 1), Status::Ok);
+  ASSERT_EQ(wait(1)[0].status, Status::Ok);
+  std::vector<uint8_t> back(src.size());
+  ASSERT_EQ(t->get(peer, back.data(), back.size(), key, base + 16, 2), Status::Ok);
+  ASSERT_EQ(wait(1)[0].status, Status::Ok);
+  EXPECT_EQ(back, src);
+  uint64_t old = 9;
+  ASSERT_EQ(t->fetch_add(peer, &old, key, base, 4, 3), Status::Ok);
+  ASSERT_EQ(wait(1)[0].status, Status::Ok);
+  EXPECT_EQ(old, 0u);
+}
+
+// The veth taken down: nothing crosses, no RST: the operation's deadline ends it.
+TEST_P(TransportNetns, LinkCutEndsInTheTimeout) {
+  const auto timeout = 1500ms;
+  start(64, timeout);
+  uint64_t v = 1;
+  ASSERT_EQ(t->put(peer, &v, 8, key, base, 1), Status::Ok);
+  ASSERT_EQ(wait(1)[0].status, Status::Ok);
+  ASSERT_TRUE(sh("ip -n " + ns_b + " link set " + if_b + " down"));
+  const auto t0 = Clock::now();
+  ASSERT_EQ(t->put(peer, &v, 8, key, base, 2), Status::Ok);
+  auto c = wait(1, 20s);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, Status::TransportRetryExceeded);
+  EXPECT_GE(Clock::now() - t0, timeout - 100ms);
+  EXPECT_LT(Clock::now() - t0, timeout + 3s);
+  EXPECT_EQ(t->peer_error(peer), "timeout after 1500 ms waiting for put to target process");
+}
+
+INSTANTIATE_TEST_SUITE_P(Tcp, TransportNetns, ::testing::Values("tcp"), [](const auto& i) { return i.param; });
 
 }  // namespace
 }  // namespace kinet::test
