@@ -229,6 +229,7 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
   op.dst = static_cast<uint8_t*>(dst);
   op.dst_kind = dst && bytes && local_gpu(dst, bytes) ? MemoryKind::Gpu : MemoryKind::Host;
   op.result = result;
+  op.result_kind = result && local_gpu(result, 8) ? MemoryKind::Gpu : MemoryKind::Host;
   op.pieces_left = static_cast<uint32_t>(npieces);
   op.fail_piece = kNone;
   op.status = Status::Ok;
@@ -442,8 +443,9 @@ void MsgTransport::handle_answer(Peer& p, const uint8_t* data, size_t bytes) {
       else if (a.length && emu::safe_copy(op.dst + off, op.dst_kind, a.payload, MemoryKind::Host, a.length))
         st = Status::LocalAccess;
     } else if (op.type == MsgType::FetchAdd || op.type == MsgType::CompareSwap) {
+      // The result may lie in registered GPU memory (a kernel's fetch_add through the proxy).
       if (a.length != 0) st = Status::BadResponse;
-      else *op.result = a.old_value;
+      else if (emu::safe_copy(op.result, op.result_kind, &a.old_value, MemoryKind::Host, 8)) st = Status::LocalAccess;
     } else if (a.length != 0 || a.old_value != 0) {
       st = Status::BadResponse;
     }

@@ -44,6 +44,7 @@ struct MsgTransport::Op {
   uint8_t* dst = nullptr;  // get
   MemoryKind dst_kind = MemoryKind::Host;
   uint64_t* result = nullptr;  // atomics
+  MemoryKind result_kind = MemoryKind::Host;
   uint32_t pieces_left = 0;
   uint32_t fail_piece = kNone;
   Status status = Status::Ok;

@@ -408,11 +408,11 @@ TEST(TransportOpen, EnvironmentAndMissingBackends) {
   EXPECT_STREQ(t->provider(), "loop");
   auto names = Transport::providers();
   EXPECT_EQ(names.front() == "ucx" || names.front() == "ofi" || names.front() == "tcp", true) << names.front();
-  EXPECT_EQ(Transport::open({.provider = "auto"})->provider(), names.front()) << "auto takes the first that starts";
+  EXPECT_EQ(Transport::open({.provider = "auto", .name = {}})->provider(), names.front()) << "auto takes the first that starts";
   for (const char* n : {"ucx", "ofi"})
     if (std::find(names.begin(), names.end(), n) == names.end()) {
       try {
-        Transport::open({.provider = n});
+        Transport::open({.provider = n, .name = {}});
         FAIL() << n;
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::NotSupported);
@@ -428,7 +428,7 @@ TEST(TransportOpen, Providers) {
   EXPECT_STREQ(t->provider(), "loop");
   EXPECT_NE(t->node(), 0u);
   try {
-    Transport::open({.provider = "nonesuch"});
+    Transport::open({.provider = "nonesuch", .name = {}});
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
