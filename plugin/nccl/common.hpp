@@ -28,8 +28,7 @@ template <class F>
 Result guarded(const char* what, F&& body) noexcept;
 
 // The transport of one communicator (TransportOptions::provider empty:
-// KINET_TRANSPORT decides). Throws kinet::Error NotSupported when this build
-// has no transport engine, with that reason.
+// KINET_TRANSPORT decides). Throws what Transport::open throws.
 std::unique_ptr<Transport> open_transport(const std::string& name);
 
 Result result_of(const Error& e);

@@ -73,13 +73,14 @@ struct Log {
     std::lock_guard lk(mu());
     lines().clear();
   }
-  // The last WARN line containing `s`, or "" (so a failed check prints what was logged).
-  static bool warned(const std::string& s) {
+  // Whether a line at `level` contains `s`.
+  static bool logged(int level, const std::string& s) {
     std::lock_guard lk(mu());
     for (auto& [lv, t] : lines())
-      if (lv == kLogWarn && t.find(s) != std::string::npos) return true;
+      if (lv == level && t.find(s) != std::string::npos) return true;
     return false;
   }
+  static bool warned(const std::string& s) { return logged(kLogWarn, s); }
   static std::string all() {
     std::lock_guard lk(mu());
     std::string out;
@@ -112,8 +113,8 @@ bool wait_for(P&& pred, S&& spin, std::chrono::milliseconds bound = 20s) {
   return true;
 }
 
-// Exit codes of a rank: 0 passed, kSkip (no transport here), else failed
-// (the reason is on stderr).
+// Exit codes of a rank: 0 passed, kSkip (can't run here, e.g. no network
+// namespace), else failed (the reason is on stderr).
 constexpr int kSkip = 77;
 #define RANK_CHECK(rank, cond)                                                                       \
   do {                                                                                               \
