@@ -90,6 +90,8 @@ TEST_F(Gin, ConnectRejectsABadHandleOrRank) {
 }
 
 TEST_F(Gin, CallsOnSomethingElseAreRejected) {
+  void* ctx;
+  ASSERT_EQ(gin().init(&ctx, 1, Log::logger), kSuccess);  // gives the plugin NCCL's logger
   int junk[16] = {};
   void* req = nullptr;
   int done = 0;
@@ -105,6 +107,8 @@ TEST_F(Gin, CallsOnSomethingElseAreRejected) {
   bool err = true;
   EXPECT_EQ(gin().query_last_error(junk, &err), kSuccess);
   EXPECT_FALSE(err);
+  EXPECT_EQ(gin().finalize(junk), kInvalidArgument);
+  EXPECT_EQ(gin().finalize(ctx), kSuccess);
 }
 
 // ---- ranks ------------------------------------------------------------------
