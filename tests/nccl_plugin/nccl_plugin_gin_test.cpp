@@ -278,11 +278,14 @@ TEST(GinRanks, TwoProcessesAcrossNetworkNamespaces) {
   run_data(2, &ns);
 }
 
-// Rank 1 dies after registering; rank 0's puts to it must fail in test()
-// within the transport's timeout, and later posts to it fail at once.
-TEST(GinRanks, AKilledPeerFailsTestWithinABound) {
+// Rank 1 dies (killed: its connections close) or hangs (stopped: silent)
+// after registering; rank 0's puts to it must fail in test() within the
+// transport's timeout, and later posts to it fail at once.
+void peer_failure(bool stop) {
   Shared* sh = Shared::make();
   ASSERT_NE(sh, nullptr);
+  static std::atomic<pid_t>* victim = nullptr;
+  victim = reinterpret_cast<std::atomic<pid_t>*>(&sh->phase);
   auto body = [&](int rank) -> int {
     RankComm rc;
     RANK_CHECK(rank, connect_rank(rank, 2, sh, &rc) == kSuccess);
@@ -290,7 +293,10 @@ TEST(GinRanks, AKilledPeerFailsTestWithinABound) {
     std::vector<uint8_t> buf(1 << 16);
     void *mh, *gh;
     RANK_CHECK(rank, g.reg_mr_sym(rc.comm, buf.data(), buf.size(), kPtrHost, 0, &mh, &gh) == kSuccess);
-    if (rank == 1) raise(SIGKILL);
+    if (rank == 1) {
+      victim->store(getpid());
+      raise(stop ? SIGSTOP : SIGKILL);
+    }
     auto t0 = std::chrono::steady_clock::now();
     Result res = kSuccess;
     for (int i = 0; i < 1000 && res == kSuccess; ++i) {
@@ -300,7 +306,11 @@ TEST(GinRanks, AKilledPeerFailsTestWithinABound) {
     }
     RANK_CHECK(rank, res == kRemoteError);
     RANK_CHECK(rank, std::chrono::steady_clock::now() - t0 < 15s);
-    RANK_CHECK(rank, Log::warned("rank 1"));
+    RANK_CHECK(rank, Log::warned("operation to rank 1 failed: "));
+    if (stop) {
+      RANK_CHECK(rank, Log::warned("timeout"));
+      kill(victim->load(), SIGKILL);
+    }
     bool err = false;
     RANK_CHECK(rank, g.query_last_error(rc.comm, &err) == kSuccess && err);
     void* req = nullptr;
@@ -317,6 +327,8 @@ TEST(GinRanks, AKilledPeerFailsTestWithinABound) {
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 128 + SIGKILL);
 }
+TEST(GinRanks, AKilledPeerFailsTestWithinABound) { peer_failure(false); }
+TEST(GinRanks, AStoppedPeerFailsTestWithinTheTransportTimeout) { peer_failure(true); }
 
 // One rank can't open its transport: every rank's connect fails at once
 // naming that rank and why, instead of waiting for it to time out.
