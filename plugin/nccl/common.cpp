@@ -3,6 +3,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
 
 #include "core/log.hpp"
 
@@ -52,6 +55,37 @@ Result result_of(const Error& e) {
     case ErrorCode::System: return kSystemError;
     default: return kInternalError;
   }
+}
+
+namespace {
+struct Live {
+  std::shared_mutex mu;
+  std::unordered_map<const void*, Kind> objs;
+};
+Live& live_objects() {
+  static Live* l = new Live;  // never destroyed: NCCL may call in during exit
+  return *l;
+}
+}  // namespace
+
+void live_add(const void* p, Kind k) {
+  Live& l = live_objects();
+  std::unique_lock lk(l.mu);
+  l.objs[p] = k;
+}
+
+void live_remove(const void* p) {
+  Live& l = live_objects();
+  std::unique_lock lk(l.mu);
+  l.objs.erase(p);
+}
+
+bool live_is(const void* p, Kind k) {
+  if (!p) return false;
+  Live& l = live_objects();
+  std::shared_lock lk(l.mu);
+  auto it = l.objs.find(p);
+  return it != l.objs.end() && it->second == k;
 }
 
 }  // namespace kinet::nccl

@@ -33,6 +33,18 @@ std::unique_ptr<Transport> open_transport(const std::string& name);
 
 Result result_of(const Error& e);
 
+// Objects this plugin handed to NCCL, so that a pointer NCCL passes back is
+// checked without dereferencing it: a foreign, stale or NULL pointer is
+// rejected with a reason instead of read. Thread safe.
+enum class Kind : uint8_t { GinCtx, GinListen, GinComm, NetListen, NetSend, NetRecv, NetMr, NetReq };
+void live_add(const void* p, Kind k);
+void live_remove(const void* p);
+bool live_is(const void* p, Kind k);
+template <class T>
+T* live(void* p, Kind k) {
+  return live_is(p, k) ? static_cast<T*>(p) : nullptr;
+}
+
 template <class F>
 Result guarded(const char* what, F&& body) noexcept {
   try {

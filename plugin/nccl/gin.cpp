@@ -24,26 +24,16 @@ namespace kinet::nccl {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-constexpr uint64_t kCtxMagic = 0x6b47696e43747831;     // tags that catch a foreign or stale pointer
-constexpr uint64_t kListenMagic = 0x6b47696e4c736e31;
-constexpr uint64_t kCommMagic = 0x6b47696e436f6d31;
-constexpr uint64_t kMrMagic = 0x6b47696e4d727231;
-constexpr uint64_t kReqMagic = 0x6b47696e52657131;
-constexpr uint64_t kDead = 0xdeaddeaddeaddeadull;
-
 struct GinCtx {
-  uint64_t magic = kCtxMagic;
   uint64_t comm_id = 0;
 };
 
 struct GinListen {
-  uint64_t magic = kListenMagic;
   int dev = 0;
 };
 
 // A registered window: local memory plus every rank's key for its copy.
 struct GinMr {
-  uint64_t magic = kMrMagic;
   char* base = nullptr;
   size_t size = 0;
   std::unique_ptr<TransportRegion> region;
@@ -55,14 +45,12 @@ struct GinMr {
 };
 
 struct GinReq {
-  uint64_t magic = kReqMagic;
   bool done = false;
   Status status = Status::Ok;
   int rank = -1;
 };
 
 struct GinComm {
-  uint64_t magic = kCommMagic;
   int rank = 0, nranks = 0;
   std::string me;  // "GIN rank 2/4"
   std::unique_ptr<Bootstrap> bs;
@@ -132,12 +120,6 @@ struct GinComm {
   }
 };
 
-template <class T>
-T* as(void* p, uint64_t magic) {
-  auto* o = static_cast<T*>(p);
-  return o && o->magic == magic ? o : nullptr;
-}
-
 std::string range_str(uint64_t off, uint64_t size) {
   return "[" + std::to_string(off) + ", +" + std::to_string(size) + ")";
 }
@@ -151,6 +133,7 @@ Result gin_init(void** ctx, uint64_t comm_id, Logger log) {
   return guarded("GIN init", [&] {
     auto* c = new GinCtx;
     c->comm_id = comm_id;
+    live_add(c, Kind::GinCtx);
     *ctx = c;
     return kSuccess;
   });
@@ -170,7 +153,7 @@ Result gin_get_properties(int dev, Properties* p) {
 }
 
 Result gin_listen(void* ctx, int dev, void* handle, void** listen_comm) {
-  if (!as<GinCtx>(ctx, kCtxMagic)) return fail(kInvalidArgument, "GIN listen: not a kinet GIN context");
+  if (!live<GinCtx>(ctx, Kind::GinCtx)) return fail(kInvalidArgument, "GIN listen: not a kinet GIN context");
   if (dev != 0) return fail(kInvalidArgument, "GIN listen: device " + std::to_string(dev) + " (kinet has 1)");
   if (!handle || !listen_comm) return fail(kInvalidArgument, "GIN listen: handle or listenComm is NULL");
   return guarded("GIN listen", [&] {
@@ -180,6 +163,7 @@ Result gin_listen(void* ctx, int dev, void* handle, void** listen_comm) {
     std::memcpy(handle, &id, sizeof id);
     auto* l = new GinListen;
     l->dev = dev;
+    live_add(l, Kind::GinListen);
     *listen_comm = l;
     info("GIN listen: bootstrap root %s", id.address_string().c_str());
     return kSuccess;
@@ -187,8 +171,8 @@ Result gin_listen(void* ctx, int dev, void* handle, void** listen_comm) {
 }
 
 Result gin_connect(void* ctx, void* handles[], int nranks, int rank, void* listen_comm, void** coll_comm) {
-  if (!as<GinCtx>(ctx, kCtxMagic)) return fail(kInvalidArgument, "GIN connect: not a kinet GIN context");
-  if (!as<GinListen>(listen_comm, kListenMagic))
+  if (!live<GinCtx>(ctx, Kind::GinCtx)) return fail(kInvalidArgument, "GIN connect: not a kinet GIN context");
+  if (!live<GinListen>(listen_comm, Kind::GinListen))
     return fail(kInvalidArgument, "GIN connect: not a kinet GIN listen comm");
   if (!handles || !coll_comm || nranks < 1 || rank < 0 || rank >= nranks || !handles[0])
     return fail(kInvalidArgument, "GIN connect: rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
@@ -233,6 +217,7 @@ Result gin_connect(void* ctx, void* handles[], int nranks, int rank, void* liste
     }
     c->failed.assign(nranks, {});
     c->bs->barrier();  // every side connected before operations flow
+    live_add(c.get(), Kind::GinComm);
     *coll_comm = c.release();
     return kSuccess;
   });
@@ -244,7 +229,7 @@ Result gin_create_context(void*, int, int, void**, DeviceHandle**) {
 
 Result gin_reg_mr_sym(void* coll_comm, void* data, size_t size, int type, uint64_t, void** mhandle,
                       void** gin_handle) {
-  auto* c = as<GinComm>(coll_comm, kCommMagic);
+  auto* c = live<GinComm>(coll_comm, Kind::GinComm);
   if (!c) return fail(kInvalidArgument, "GIN regMrSym: not a kinet GIN comm");
   if (!mhandle) return fail(kInvalidArgument, c->me + ": regMrSym: mhandle is NULL");
   return guarded("GIN regMrSym", [&] {
@@ -299,7 +284,7 @@ Result gin_reg_mr_sym_dma_buf(void* coll_comm, void* data, size_t size, int type
 }
 
 Result gin_dereg_mr_sym(void* coll_comm, void* mhandle) {
-  auto* c = as<GinComm>(coll_comm, kCommMagic);
+  auto* c = live<GinComm>(coll_comm, Kind::GinComm);
   if (!c) return fail(kInvalidArgument, "GIN deregMrSym: not a kinet GIN comm");
   std::shared_ptr<GinMr> mr;
   {
@@ -310,14 +295,13 @@ Result gin_dereg_mr_sym(void* coll_comm, void* mhandle) {
     c->mrs.erase(it);
   }
   mr->region.reset();  // no peer's operation touches the memory after this
-  mr->magic = kDead;
   return kSuccess;
 }
 
 Result gin_destroy_context(void*) { return kSuccess; }
 
 Result gin_close_coll(void* coll_comm) {
-  auto* c = as<GinComm>(coll_comm, kCommMagic);
+  auto* c = live<GinComm>(coll_comm, Kind::GinComm);
   if (!c) return fail(kInvalidArgument, "GIN closeColl: not a kinet GIN comm");
   return guarded("GIN closeColl", [&] {
     {
@@ -330,16 +314,16 @@ Result gin_close_coll(void* coll_comm) {
         warn("%s: closeColl: %zu operations still outstanding after %lld ms; dropped", c->me.c_str(),
              c->t->outstanding(), static_cast<long long>(bound.count()));
     }
-    c->magic = kDead;
+    live_remove(c);
     delete c;
     return kSuccess;
   });
 }
 
 Result gin_close_listen(void* listen_comm) {
-  auto* l = as<GinListen>(listen_comm, kListenMagic);
+  auto* l = live<GinListen>(listen_comm, Kind::GinListen);
   if (!l) return fail(kInvalidArgument, "GIN closeListen: not a kinet GIN listen comm");
-  l->magic = kDead;
+  live_remove(l);
   delete l;
   return kSuccess;
 }
@@ -375,7 +359,7 @@ Result check_put(GinComm* c, const char* what, uint64_t src_off, void* src_mh, s
 
 Result gin_iput(void* coll_comm, uint64_t src_off, void* src_mh, size_t size, uint64_t dst_off, void* dst_mh,
                 uint32_t rank, void** request) {
-  auto* c = as<GinComm>(coll_comm, kCommMagic);
+  auto* c = live<GinComm>(coll_comm, Kind::GinComm);
   if (!c) return fail(kInvalidArgument, "GIN iput: not a kinet GIN comm");
   if (!request) return fail(kInvalidArgument, c->me + ": iput: request is NULL");
   return guarded("GIN iput", [&] {
@@ -400,7 +384,7 @@ Result gin_iput(void* coll_comm, uint64_t src_off, void* src_mh, size_t size, ui
 Result gin_iput_signal(void* coll_comm, uint64_t src_off, void* src_mh, size_t size, uint64_t dst_off,
                        void* dst_mh, uint32_t rank, uint64_t signal_off, void* signal_mh, uint64_t signal_value,
                        uint32_t signal_op, void** request) {
-  auto* c = as<GinComm>(coll_comm, kCommMagic);
+  auto* c = live<GinComm>(coll_comm, Kind::GinComm);
   if (!c) return fail(kInvalidArgument, "GIN iputSignal: not a kinet GIN comm");
   if (!request) return fail(kInvalidArgument, c->me + ": iputSignal: request is NULL");
   return guarded("GIN iputSignal", [&] {
@@ -439,7 +423,7 @@ Result gin_iput_signal(void* coll_comm, uint64_t src_off, void* src_mh, size_t s
 }
 
 Result gin_test(void* coll_comm, void* request, int* done) {
-  auto* c = as<GinComm>(coll_comm, kCommMagic);
+  auto* c = live<GinComm>(coll_comm, Kind::GinComm);
   if (!c) return fail(kInvalidArgument, "GIN test: not a kinet GIN comm");
   if (!done) return fail(kInvalidArgument, c->me + ": test: done is NULL");
   return guarded("GIN test", [&] {
@@ -461,7 +445,7 @@ Result gin_test(void* coll_comm, void* request, int* done) {
 }
 
 Result gin_progress(void* coll_comm) {
-  auto* c = as<GinComm>(coll_comm, kCommMagic);
+  auto* c = live<GinComm>(coll_comm, Kind::GinComm);
   if (!c) return fail(kInvalidArgument, "GIN ginProgress: not a kinet GIN comm");
   return guarded("GIN ginProgress", [&] {
     std::lock_guard lk(c->op_mu);
@@ -474,15 +458,15 @@ Result gin_progress(void* coll_comm) {
 // makes; a kinet comm is answered too (tests, and any caller that has one).
 Result gin_query_last_error(void* gin_ctx, bool* has_error) {
   if (!has_error) return fail(kInvalidArgument, "GIN queryLastError: hasError is NULL");
-  auto* c = as<GinComm>(gin_ctx, kCommMagic);
+  auto* c = live<GinComm>(gin_ctx, Kind::GinComm);
   *has_error = c && c->has_error.load(std::memory_order_acquire);
   return kSuccess;
 }
 
 Result gin_finalize(void* ctx) {
-  auto* c = as<GinCtx>(ctx, kCtxMagic);
+  auto* c = live<GinCtx>(ctx, Kind::GinCtx);
   if (!c) return fail(kInvalidArgument, "GIN finalize: not a kinet GIN context");
-  c->magic = kDead;
+  live_remove(c);
   delete c;
   return kSuccess;
 }

@@ -31,10 +31,7 @@ namespace kinet::nccl {
 namespace {
 using bs::Fd;
 
-constexpr uint64_t kDead = 0xdeaddeaddeaddeadull;
 constexpr uint32_t kHandleMagic = 0x4e4b4e31;  // "1NKN"
-constexpr uint64_t kListenMagic = 0x6b4e65744c736e31, kSendMagic = 0x6b4e657453656e31,
-                   kRecvMagic = 0x6b4e657452637631, kMrMagic = 0x6b4e65744d727231, kReqMagic = 0x6b4e657452657131;
 
 struct NetHandle {
   uint32_t magic;
@@ -58,13 +55,10 @@ struct FrameHead {
 };
 static_assert(sizeof(FrameHead) == 16);
 
-struct NetMr {
-  uint64_t magic = kMrMagic;
-};
+struct NetMr {};  // host memory needs no registration; the handle only proves regMr was called
 
 struct NetComm;
 struct NetReq {
-  uint64_t magic = kReqMagic;
   NetComm* comm = nullptr;
   bool send = false;
   bool done = false;
@@ -76,7 +70,7 @@ struct NetReq {
 };
 
 struct NetComm {
-  uint64_t magic;
+  Kind kind;                              // NetSend or NetRecv
   Fd fd;
   std::string peer;                       // "10.0.0.2:41234"
   std::string error;                      // why the stream is unusable; empty while it works
@@ -157,7 +151,6 @@ struct NetComm {
 };
 
 struct NetListen {
-  uint64_t magic = kListenMagic;
   Fd lfd;
   uint8_t secret[16];
   std::string where;
@@ -169,12 +162,6 @@ struct NetListen {
   };
   std::vector<Pending> pending;
 };
-
-template <class T>
-T* as(void* p, uint64_t magic) {
-  auto* o = static_cast<T*>(p);
-  return o && o->magic == magic ? o : nullptr;
-}
 
 Result net_init(void** ctx, uint64_t, CommConfig*, Logger log, ProfilerCallback) {
   set_logger(log);
@@ -212,6 +199,7 @@ Result net_listen(void*, int dev, void* handle, void** listen_comm) {
     std::memcpy(h.secret, l->secret, sizeof h.secret);
     std::memcpy(handle, &h, sizeof h);
     info("net listen on %s", l->where.c_str());
+    live_add(l.get(), Kind::NetListen);
     *listen_comm = l.release();
     return kSuccess;
   });
@@ -236,16 +224,17 @@ Result net_connect(void*, int dev, void* handle, void** send_comm, DeviceHandle*
     bs::write_all(fd.get(), &hello, sizeof hello, d, to.str());
     bs::set_nonblocking(fd.get());
     auto c = std::make_unique<NetComm>();
-    c->magic = kSendMagic;
+    c->kind = Kind::NetSend;
     c->fd = std::move(fd);
     c->peer = to.str();
+    live_add(c.get(), Kind::NetSend);
     *send_comm = c.release();
     return kSuccess;
   });
 }
 
 Result net_accept(void* listen_comm, void** recv_comm, DeviceHandle**) {
-  auto* l = as<NetListen>(listen_comm, kListenMagic);
+  auto* l = live<NetListen>(listen_comm, Kind::NetListen);
   if (!l) return fail(kInvalidArgument, "net accept: not a kinet listen comm");
   if (!recv_comm) return fail(kInvalidArgument, "net accept: recvComm is NULL");
   *recv_comm = nullptr;
@@ -273,10 +262,11 @@ Result net_accept(void* listen_comm, void** recv_comm, DeviceHandle**) {
           drop = true;
         } else {
           auto c = std::make_unique<NetComm>();
-          c->magic = kRecvMagic;
+          c->kind = Kind::NetRecv;
           c->fd = std::move(p.fd);
           c->peer = p.peer;
           l->pending.erase(l->pending.begin() + static_cast<long>(i));
+          live_add(c.get(), Kind::NetRecv);
           *recv_comm = c.release();
           return kSuccess;
         }
@@ -288,8 +278,8 @@ Result net_accept(void* listen_comm, void** recv_comm, DeviceHandle**) {
 }
 
 NetComm* any_comm(void* c) {
-  auto* n = static_cast<NetComm*>(c);
-  return n && (n->magic == kSendMagic || n->magic == kRecvMagic) ? n : nullptr;
+  if (auto* n = live<NetComm>(c, Kind::NetSend)) return n;
+  return live<NetComm>(c, Kind::NetRecv);
 }
 
 Result net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
@@ -299,7 +289,9 @@ Result net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle)
     return fail(kInvalidArgument, "net regMr: memory type " + std::to_string(type) +
                                       ": the kinet net takes host memory only (ptrSupport NCCL_PTR_HOST)");
   if (!data && size > 0) return fail(kInvalidArgument, "net regMr: NULL data of " + std::to_string(size) + " bytes");
-  *mhandle = new NetMr;
+  auto* m = new NetMr;
+  live_add(m, Kind::NetMr);
+  *mhandle = m;
   return kSuccess;
 }
 
@@ -309,20 +301,20 @@ Result net_reg_mr_dma_buf(void* comm, void* data, size_t size, int type, uint64_
 
 Result net_dereg_mr(void* comm, void* mhandle) {
   if (!any_comm(comm)) return fail(kInvalidArgument, "net deregMr: not a kinet net comm");
-  auto* m = as<NetMr>(mhandle, kMrMagic);
+  auto* m = live<NetMr>(mhandle, Kind::NetMr);
   if (!m) return fail(kInvalidArgument, "net deregMr: not a kinet memory handle");
-  m->magic = kDead;
+  live_remove(m);
   delete m;
   return kSuccess;
 }
 
 Result net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void*, void** request) {
-  auto* c = as<NetComm>(send_comm, kSendMagic);
+  auto* c = live<NetComm>(send_comm, Kind::NetSend);
   if (!c) return fail(kInvalidArgument, "net isend: not a kinet send comm");
   if (!request) return fail(kInvalidArgument, "net isend: request is NULL");
   *request = nullptr;
   if (!c->error.empty()) return fail(kRemoteError, "net isend to " + c->peer + ": " + c->error);
-  if (size > 0 && (!data || !as<NetMr>(mhandle, kMrMagic)))
+  if (size > 0 && (!data || !live<NetMr>(mhandle, Kind::NetMr)))
     return fail(kInvalidArgument, "net isend to " + c->peer + ": NULL data or not a kinet memory handle");
   if (c->q.size() >= static_cast<size_t>(kMaxRequests)) return kSuccess;  // NULL request: NCCL retries
   auto r = std::make_unique<NetReq>();
@@ -332,6 +324,7 @@ Result net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandl
   r->size = size;
   r->tag = tag;
   r->head = FrameHead{tag, 0, size};
+  live_add(r.get(), Kind::NetReq);
   *request = r.get();
   c->q.push_back(std::move(r));
   c->progress();
@@ -340,7 +333,7 @@ Result net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandl
 
 Result net_irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void**,
                  void** request) {
-  auto* c = as<NetComm>(recv_comm, kRecvMagic);
+  auto* c = live<NetComm>(recv_comm, Kind::NetRecv);
   if (!c) return fail(kInvalidArgument, "net irecv: not a kinet recv comm");
   if (!request) return fail(kInvalidArgument, "net irecv: request is NULL");
   *request = nullptr;
@@ -348,7 +341,7 @@ Result net_irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, 
   if (!data || !sizes || !tags || !mhandles)
     return fail(kInvalidArgument, "net irecv from " + c->peer + ": NULL data, sizes, tags or mhandles");
   if (!c->error.empty()) return fail(kRemoteError, "net irecv from " + c->peer + ": " + c->error);
-  if (sizes[0] > 0 && (!data[0] || !as<NetMr>(mhandles[0], kMrMagic)))
+  if (sizes[0] > 0 && (!data[0] || !live<NetMr>(mhandles[0], Kind::NetMr)))
     return fail(kInvalidArgument, "net irecv from " + c->peer + ": NULL data or not a kinet memory handle");
   if (c->q.size() >= static_cast<size_t>(kMaxRequests)) return kSuccess;
   auto r = std::make_unique<NetReq>();
@@ -356,6 +349,7 @@ Result net_irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, 
   r->data = static_cast<char*>(data[0]);
   r->size = sizes[0];
   r->tag = tags[0];
+  live_add(r.get(), Kind::NetReq);
   *request = r.get();
   c->q.push_back(std::move(r));
   c->progress();
@@ -368,7 +362,7 @@ Result net_iflush(void*, int, void**, int*, void**, void** request) {
 }
 
 Result net_test(void* request, int* done, int* sizes) {
-  auto* r = as<NetReq>(request, kReqMagic);
+  auto* r = live<NetReq>(request, Kind::NetReq);
   if (!r || !done) return fail(kInvalidArgument, "net test: not a kinet request, or done is NULL");
   NetComm* c = r->comm;
   c->progress();
@@ -381,27 +375,28 @@ Result net_test(void* request, int* done, int* sizes) {
   if (sizes) *sizes = static_cast<int>(r->send ? r->size : r->head.bytes);
   for (auto it = c->q.begin(); it != c->q.end(); ++it)
     if (it->get() == r) {
-      r->magic = kDead;
+      live_remove(r);
       c->q.erase(it);
       break;
     }
   return kSuccess;
 }
 
-Result net_close(void* comm, uint64_t magic, const char* what) {
-  auto* c = as<NetComm>(comm, magic);
+Result net_close(void* comm, Kind kind, const char* what) {
+  auto* c = live<NetComm>(comm, kind);
   if (!c) return fail(kInvalidArgument, std::string("net ") + what + ": not a kinet comm of that kind");
-  c->magic = kDead;
+  for (auto& r : c->q) live_remove(r.get());  // requests still queued go with their comm
+  live_remove(c);
   delete c;
   return kSuccess;
 }
-Result net_close_send(void* c) { return net_close(c, kSendMagic, "closeSend"); }
-Result net_close_recv(void* c) { return net_close(c, kRecvMagic, "closeRecv"); }
+Result net_close_send(void* c) { return net_close(c, Kind::NetSend, "closeSend"); }
+Result net_close_recv(void* c) { return net_close(c, Kind::NetRecv, "closeRecv"); }
 
 Result net_close_listen(void* listen_comm) {
-  auto* l = as<NetListen>(listen_comm, kListenMagic);
+  auto* l = live<NetListen>(listen_comm, Kind::NetListen);
   if (!l) return fail(kInvalidArgument, "net closeListen: not a kinet listen comm");
-  l->magic = kDead;
+  live_remove(l);
   delete l;
   return kSuccess;
 }

@@ -64,7 +64,10 @@ TEST_F(Gin, ListenGivesABootstrapIdAsTheHandle) {
   EXPECT_EQ(gin().listen(&not_a_ctx, 0, handle, &l), kInvalidArgument);
   EXPECT_TRUE(Log::warned("not a kinet GIN context"));
   EXPECT_EQ(gin().close_listen(l), kSuccess);
+  EXPECT_EQ(gin().close_listen(l), kInvalidArgument);  // stale: rejected without being read
+  EXPECT_TRUE(Log::warned("GIN closeListen: not a kinet GIN listen comm"));
   EXPECT_EQ(gin().finalize(ctx), kSuccess);
+  EXPECT_EQ(gin().listen(ctx, 0, handle, &l), kInvalidArgument);  // a finalized context
 }
 
 TEST_F(Gin, ConnectRejectsABadHandleOrRank) {

@@ -36,7 +36,9 @@ class Net : public ::testing::Test {
     listen_ = l;
   }
   void TearDown() override {
-    if (listen_) EXPECT_EQ(net().close_listen(listen_), kSuccess);
+    if (listen_) {
+      EXPECT_EQ(net().close_listen(listen_), kSuccess);
+    }
   }
   // Tests `req` until done (bounded); returns the last result.
   Result finish(void* req, int* size) {
@@ -170,10 +172,10 @@ TEST_F(Net, AMessageWithAnotherTagOrTooLargeFailsTheReceive) {
     EXPECT_EQ(net().irecv(r, 1, &d, &room, &tag, &mr, nullptr, &rr2), kRemoteError);
     EXPECT_EQ(rr2, nullptr);
     EXPECT_EQ(finish(rs, &got), kSuccess);
-    net().close_send(s);
-    net().close_recv(r);
-    net().dereg_mr(s, ms);
-    net().dereg_mr(r, mr);
+    EXPECT_EQ(net().dereg_mr(s, ms), kSuccess);
+    EXPECT_EQ(net().dereg_mr(r, mr), kSuccess);
+    EXPECT_EQ(net().close_send(s), kSuccess);
+    EXPECT_EQ(net().close_recv(r), kSuccess);
     net().close_listen(listen_);
     listen_ = nullptr;
   }
@@ -248,8 +250,8 @@ TEST_F(Net, APeerThatClosesFailsTheReceiveAtOnce) {
   EXPECT_EQ(finish(rr, &got), kRemoteError);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   EXPECT_TRUE(Log::warned("closed the connection while receiving")) << Log::all();
-  net().close_recv(r);
-  net().dereg_mr(r, mr);
+  EXPECT_EQ(net().dereg_mr(r, mr), kSuccess);
+  EXPECT_EQ(net().close_recv(r), kSuccess);
 }
 
 // Rank 0 listens and receives, rank 1 connects and sends 4 MiB + a small
