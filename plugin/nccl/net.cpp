@@ -1,0 +1,416 @@
+// kinet NCCL plugin — the net half (netDeviceType HOST): NCCL's two-sided,
+// tagged send/recv between a pair of ranks.
+//
+// Each connection is one non-blocking TCP stream carrying frames
+// {tag, bytes} + payload in send order; the receiver matches them in order
+// against the receives NCCL posted (NCCL posts matching receives in the same
+// order). Why TCP here and not the one-sided Transport: NCCL's net calls must
+// never block and are two-sided, so over put/signal each receive would need a
+// clear-to-send carrying a freshly imported key per buffer; a stream does
+// the matching for free, and the data path NCCL wants kinet for is GIN's.
+// Host memory only (ptrSupport HOST): NCCL stages GPU data through host
+// buffers, as it does for its own socket transport.
+//
+// Handle: magic, the listener's address (bootstrap WireAddr) and a 16-byte
+// secret; accept() takes only a connection that presents the secret.
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <memory>
+
+#include "bootstrap/socket.hpp"
+#include "gin.hpp"
+#include "kinet/bootstrap.hpp"
+
+namespace kinet::nccl {
+namespace {
+using bs::Fd;
+
+constexpr uint32_t kHandleMagic = 0x4e4b4e31;  // "1NKN"
+
+struct NetHandle {
+  uint32_t magic;
+  uint32_t reserved0;
+  bs::WireAddr addr;
+  uint8_t secret[16];
+  uint8_t reserved[72];
+};
+static_assert(sizeof(NetHandle) == kHandleMaxSize);
+
+struct Hello {  // the first bytes a connecting side sends
+  uint32_t magic;
+  uint32_t reserved;
+  uint8_t secret[16];
+};
+
+struct FrameHead {
+  int32_t tag;
+  uint32_t reserved;
+  uint64_t bytes;
+};
+static_assert(sizeof(FrameHead) == 16);
+
+struct NetMr {};  // host memory needs no registration; the handle only proves regMr was called
+
+struct NetComm;
+struct NetReq {
+  NetComm* comm = nullptr;
+  bool send = false;
+  bool done = false;
+  char* data = nullptr;
+  uint64_t size = 0;   // send: bytes to send; recv: room posted
+  int tag = 0;
+  FrameHead head{};    // send: what goes first; recv: what arrived
+  uint64_t moved = 0;  // bytes of head + payload moved so far
+};
+
+struct NetComm {
+  Kind kind;                              // NetSend or NetRecv
+  Fd fd;
+  std::string peer;                       // "10.0.0.2:41234"
+  std::string error;                      // why the stream is unusable; empty while it works
+  std::deque<std::unique_ptr<NetReq>> q;  // posted, in order (a finished one leaves when tested)
+
+  // Moves bytes for the requests in order; marks finished ones done. A
+  // failure (peer closed, reset, bad frame) is recorded in `error`.
+  void progress() {
+    for (auto& rp : q) {
+      NetReq& r = *rp;
+      if (r.done) continue;
+      if (!error.empty()) return;
+      if (!(r.send ? push(r) : pull(r))) return;  // would block: later requests wait their turn
+    }
+  }
+
+  bool io_failed(ssize_t n, const char* doing) {
+    if (n == 0) error = "peer " + peer + " closed the connection while " + doing;
+    else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
+    else error = std::string(doing) + " peer " + peer + ": " + std::strerror(errno);
+    return true;
+  }
+
+  bool push(NetReq& r) {
+    while (r.moved < sizeof r.head + r.size) {
+      iovec iov[2];
+      int n = 0;
+      if (r.moved < sizeof r.head) iov[n++] = {reinterpret_cast<char*>(&r.head) + r.moved, sizeof r.head - r.moved};
+      uint64_t off = r.moved > sizeof r.head ? r.moved - sizeof r.head : 0;
+      if (r.size > off) iov[n++] = {r.data + off, r.size - off};
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = n;
+      ssize_t w = ::sendmsg(fd.get(), &m, MSG_NOSIGNAL);
+      if (w < 0) {
+        io_failed(w, "sending to");  // records the error unless it would block
+        return false;
+      }
+      r.moved += static_cast<uint64_t>(w);
+    }
+    r.done = true;
+    return true;
+  }
+
+  bool pull(NetReq& r) {
+    while (r.moved < sizeof r.head) {
+      ssize_t n = ::recv(fd.get(), reinterpret_cast<char*>(&r.head) + r.moved, sizeof r.head - r.moved, 0);
+      if (n <= 0) {
+        io_failed(n, "receiving from");
+        return false;
+      }
+      r.moved += static_cast<uint64_t>(n);
+      if (r.moved == sizeof r.head) {
+        if (r.head.tag != r.tag) {
+          error = "peer " + peer + " sent a message with tag " + std::to_string(r.head.tag) +
+                  " where the posted receive expects tag " + std::to_string(r.tag);
+          return false;
+        }
+        if (r.head.bytes > r.size) {
+          error = "peer " + peer + " sent " + std::to_string(r.head.bytes) + " bytes to a receive of " +
+                  std::to_string(r.size) + " bytes (tag " + std::to_string(r.tag) + ")";
+          return false;
+        }
+      }
+    }
+    while (r.moved < sizeof r.head + r.head.bytes) {
+      uint64_t off = r.moved - sizeof r.head;
+      ssize_t n = ::recv(fd.get(), r.data + off, r.head.bytes - off, 0);
+      if (n <= 0) {
+        io_failed(n, "receiving from");
+        return false;
+      }
+      r.moved += static_cast<uint64_t>(n);
+    }
+    r.done = true;
+    return true;
+  }
+};
+
+struct NetListen {
+  Fd lfd;
+  uint8_t secret[16];
+  std::string where;
+  struct Pending {
+    Fd fd;
+    std::string peer;
+    Hello hello{};
+    size_t got = 0;
+  };
+  std::vector<Pending> pending;
+};
+
+Result net_init(void** ctx, uint64_t, CommConfig*, Logger log, ProfilerCallback) {
+  set_logger(log);
+  if (ctx) *ctx = nullptr;  // no per-communicator state
+  return kSuccess;
+}
+
+Result net_devices(int* ndev) {
+  if (!ndev) return fail(kInvalidArgument, "net devices: ndev is NULL");
+  *ndev = 1;
+  return kSuccess;
+}
+
+Result net_get_properties(int dev, Properties* p) {
+  if (!p) return fail(kInvalidArgument, "net getProperties: props is NULL");
+  if (dev != 0) return fail(kInvalidArgument, "net getProperties: device " + std::to_string(dev) + " (kinet has 1)");
+  fill_properties(p, kDeviceHost);
+  return kSuccess;
+}
+
+Result net_listen(void*, int dev, void* handle, void** listen_comm) {
+  if (dev != 0) return fail(kInvalidArgument, "net listen: device " + std::to_string(dev) + " (kinet has 1)");
+  if (!handle || !listen_comm) return fail(kInvalidArgument, "net listen: handle or listenComm is NULL");
+  return guarded("net listen", [&] {
+    auto l = std::make_unique<NetListen>();
+    bs::Interface itf = bs::pick_interface();
+    bs::SockAddr bound;
+    l->lfd = bs::listen_on(itf.addr, 0, &bound);
+    if (::getrandom(l->secret, sizeof l->secret, 0) != static_cast<ssize_t>(sizeof l->secret))
+      throw Error(ErrorCode::System, std::string("getrandom: ") + std::strerror(errno));
+    l->where = bound.str() + " (" + itf.name + ")";
+    NetHandle h{};
+    h.magic = kHandleMagic;
+    h.addr = bs::to_wire(bound);
+    std::memcpy(h.secret, l->secret, sizeof h.secret);
+    std::memcpy(handle, &h, sizeof h);
+    info("net listen on %s", l->where.c_str());
+    live_add(l.get(), Kind::NetListen);
+    *listen_comm = l.release();
+    return kSuccess;
+  });
+}
+
+Result net_connect(void*, int dev, void* handle, void** send_comm, DeviceHandle**) {
+  if (!send_comm || !handle) return fail(kInvalidArgument, "net connect: handle or sendComm is NULL");
+  *send_comm = nullptr;
+  if (dev != 0) return fail(kInvalidArgument, "net connect: device " + std::to_string(dev) + " (kinet has 1)");
+  return guarded("net connect", [&] {
+    NetHandle h;
+    std::memcpy(&h, handle, sizeof h);
+    if (h.magic != kHandleMagic)
+      throw Error(ErrorCode::InvalidArgument, "not a kinet net handle (magic " + std::to_string(h.magic) + ")");
+    bs::SockAddr to = bs::from_wire(h.addr, "net handle");
+    // TCP's handshake completes in the listener's kernel before accept(), so
+    // this returns without waiting for the peer's accept().
+    auto d = bs::Clock::now() + Bootstrap::default_timeout();
+    Fd fd = bs::connect_to(to, d, "kinet net listener");
+    Hello hello{kHandleMagic, 0, {}};
+    std::memcpy(hello.secret, h.secret, sizeof hello.secret);
+    bs::write_all(fd.get(), &hello, sizeof hello, d, to.str());
+    bs::set_nonblocking(fd.get());
+    auto c = std::make_unique<NetComm>();
+    c->kind = Kind::NetSend;
+    c->fd = std::move(fd);
+    c->peer = to.str();
+    live_add(c.get(), Kind::NetSend);
+    *send_comm = c.release();
+    return kSuccess;
+  });
+}
+
+Result net_accept(void* listen_comm, void** recv_comm, DeviceHandle**) {
+  auto* l = live<NetListen>(listen_comm, Kind::NetListen);
+  if (!l) return fail(kInvalidArgument, "net accept: not a kinet listen comm");
+  if (!recv_comm) return fail(kInvalidArgument, "net accept: recvComm is NULL");
+  *recv_comm = nullptr;
+  return guarded("net accept", [&] {
+    for (;;) {
+      bs::SockAddr a;
+      a.len = sizeof a.ss;
+      int fd = ::accept4(l->lfd.get(), reinterpret_cast<sockaddr*>(&a.ss), &a.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) break;
+        throw Error(ErrorCode::System, "accept on " + l->where + ": " + std::strerror(errno));
+      }
+      l->pending.push_back({Fd(fd), a.str()});
+    }
+    for (size_t i = 0; i < l->pending.size(); ++i) {
+      auto& p = l->pending[i];
+      ssize_t n = ::recv(p.fd.get(), reinterpret_cast<char*>(&p.hello) + p.got, sizeof p.hello - p.got, 0);
+      bool drop = false;
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        warn("net accept on %s: %s closed before its handshake", l->where.c_str(), p.peer.c_str());
+        drop = true;
+      } else if (n > 0 && (p.got += static_cast<size_t>(n)) == sizeof p.hello) {
+        if (p.hello.magic != kHandleMagic || std::memcmp(p.hello.secret, l->secret, sizeof l->secret) != 0) {
+          warn("net accept on %s: refused %s: wrong handshake or secret", l->where.c_str(), p.peer.c_str());
+          drop = true;
+        } else {
+          auto c = std::make_unique<NetComm>();
+          c->kind = Kind::NetRecv;
+          c->fd = std::move(p.fd);
+          c->peer = p.peer;
+          l->pending.erase(l->pending.begin() + static_cast<long>(i));
+          live_add(c.get(), Kind::NetRecv);
+          *recv_comm = c.release();
+          return kSuccess;
+        }
+      }
+      if (drop) l->pending.erase(l->pending.begin() + static_cast<long>(i--));
+    }
+    return kSuccess;
+  });
+}
+
+NetComm* any_comm(void* c) {
+  if (auto* n = live<NetComm>(c, Kind::NetSend)) return n;
+  return live<NetComm>(c, Kind::NetRecv);
+}
+
+Result net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  if (!any_comm(comm)) return fail(kInvalidArgument, "net regMr: not a kinet net comm");
+  if (!mhandle) return fail(kInvalidArgument, "net regMr: mhandle is NULL");
+  if (type != kPtrHost)
+    return fail(kInvalidArgument, "net regMr: memory type " + std::to_string(type) +
+                                      ": the kinet net takes host memory only (ptrSupport NCCL_PTR_HOST)");
+  if (!data && size > 0) return fail(kInvalidArgument, "net regMr: NULL data of " + std::to_string(size) + " bytes");
+  auto* m = new NetMr;
+  live_add(m, Kind::NetMr);
+  *mhandle = m;
+  return kSuccess;
+}
+
+Result net_reg_mr_dma_buf(void* comm, void* data, size_t size, int type, uint64_t, int, void** mhandle) {
+  return net_reg_mr(comm, data, size, type, mhandle);
+}
+
+Result net_dereg_mr(void* comm, void* mhandle) {
+  if (!any_comm(comm)) return fail(kInvalidArgument, "net deregMr: not a kinet net comm");
+  auto* m = live<NetMr>(mhandle, Kind::NetMr);
+  if (!m) return fail(kInvalidArgument, "net deregMr: not a kinet memory handle");
+  live_remove(m);
+  delete m;
+  return kSuccess;
+}
+
+Result net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandle, void*, void** request) {
+  auto* c = live<NetComm>(send_comm, Kind::NetSend);
+  if (!c) return fail(kInvalidArgument, "net isend: not a kinet send comm");
+  if (!request) return fail(kInvalidArgument, "net isend: request is NULL");
+  *request = nullptr;
+  if (!c->error.empty()) return fail(kRemoteError, "net isend to " + c->peer + ": " + c->error);
+  if (size > 0 && (!data || !live<NetMr>(mhandle, Kind::NetMr)))
+    return fail(kInvalidArgument, "net isend to " + c->peer + ": NULL data or not a kinet memory handle");
+  if (c->q.size() >= static_cast<size_t>(kMaxRequests)) return kSuccess;  // NULL request: NCCL retries
+  auto r = std::make_unique<NetReq>();
+  r->comm = c;
+  r->send = true;
+  r->data = static_cast<char*>(data);
+  r->size = size;
+  r->tag = tag;
+  r->head = FrameHead{tag, 0, size};
+  live_add(r.get(), Kind::NetReq);
+  *request = r.get();
+  c->q.push_back(std::move(r));
+  c->progress();
+  return kSuccess;
+}
+
+Result net_irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void**,
+                 void** request) {
+  auto* c = live<NetComm>(recv_comm, Kind::NetRecv);
+  if (!c) return fail(kInvalidArgument, "net irecv: not a kinet recv comm");
+  if (!request) return fail(kInvalidArgument, "net irecv: request is NULL");
+  *request = nullptr;
+  if (n != 1) return fail(kInvalidUsage, "net irecv: " + std::to_string(n) + " receives at once (maxRecvs is 1)");
+  if (!data || !sizes || !tags || !mhandles)
+    return fail(kInvalidArgument, "net irecv from " + c->peer + ": NULL data, sizes, tags or mhandles");
+  if (!c->error.empty()) return fail(kRemoteError, "net irecv from " + c->peer + ": " + c->error);
+  if (sizes[0] > 0 && (!data[0] || !live<NetMr>(mhandles[0], Kind::NetMr)))
+    return fail(kInvalidArgument, "net irecv from " + c->peer + ": NULL data or not a kinet memory handle");
+  if (c->q.size() >= static_cast<size_t>(kMaxRequests)) return kSuccess;
+  auto r = std::make_unique<NetReq>();
+  r->comm = c;
+  r->data = static_cast<char*>(data[0]);
+  r->size = sizes[0];
+  r->tag = tags[0];
+  live_add(r.get(), Kind::NetReq);
+  *request = r.get();
+  c->q.push_back(std::move(r));
+  c->progress();
+  return kSuccess;
+}
+
+Result net_iflush(void*, int, void**, int*, void**, void** request) {
+  if (request) *request = nullptr;  // host memory: nothing to flush
+  return kSuccess;
+}
+
+Result net_test(void* request, int* done, int* sizes) {
+  auto* r = live<NetReq>(request, Kind::NetReq);
+  if (!r || !done) return fail(kInvalidArgument, "net test: not a kinet request, or done is NULL");
+  NetComm* c = r->comm;
+  c->progress();
+  *done = 0;
+  if (!r->done) {
+    if (!c->error.empty()) return fail(kRemoteError, "net test: " + c->error);
+    return kSuccess;
+  }
+  *done = 1;
+  if (sizes) *sizes = static_cast<int>(r->send ? r->size : r->head.bytes);
+  for (auto it = c->q.begin(); it != c->q.end(); ++it)
+    if (it->get() == r) {
+      live_remove(r);
+      c->q.erase(it);
+      break;
+    }
+  return kSuccess;
+}
+
+Result net_close(void* comm, Kind kind, const char* what) {
+  auto* c = live<NetComm>(comm, kind);
+  if (!c) return fail(kInvalidArgument, std::string("net ") + what + ": not a kinet comm of that kind");
+  for (auto& r : c->q) live_remove(r.get());  // requests still queued go with their comm
+  live_remove(c);
+  delete c;
+  return kSuccess;
+}
+Result net_close_send(void* c) { return net_close(c, Kind::NetSend, "closeSend"); }
+Result net_close_recv(void* c) { return net_close(c, Kind::NetRecv, "closeRecv"); }
+
+Result net_close_listen(void* listen_comm) {
+  auto* l = live<NetListen>(listen_comm, Kind::NetListen);
+  if (!l) return fail(kInvalidArgument, "net closeListen: not a kinet listen comm");
+  live_remove(l);
+  delete l;
+  return kSuccess;
+}
+
+Result net_finalize(void*) { return kSuccess; }
+
+}  // namespace
+
+const NetV11 kNetV11 = {
+    "kinet",        net_init,       net_devices,    net_get_properties, net_listen,
+    net_connect,    net_accept,     net_reg_mr,     net_reg_mr_dma_buf, net_dereg_mr,
+    net_isend,      net_irecv,      net_iflush,     net_test,           net_close_send,
+    net_close_recv, net_close_listen, nullptr,      nullptr,            nullptr,
+    net_finalize,   nullptr,
+};
+
+}  // namespace kinet::nccl

@@ -1,0 +1,328 @@
+// The kinet NCCL plugin's net table as NCCL drives it: loading, properties,
+// listen / connect / accept, tagged isend / irecv / test byte for byte, and
+// every misuse rejected with its reason — in one process, across forked
+// processes, and across two network namespaces.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "harness.hpp"
+
+namespace {
+using namespace kinet::nccl;
+using namespace kinet::nccl::test;
+
+NetV11& net() { return *Plugin::get().net; }
+
+class Net : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(Plugin::get().dl, nullptr) << Plugin::get().error;
+    ASSERT_NE(Plugin::get().net, nullptr);
+    ASSERT_EQ(net().init(&ctx_, 1, nullptr, Log::logger, nullptr), kSuccess);
+    Log::clear();
+  }
+  // A connected pair in this process: connect returns at once; accept is
+  // polled as NCCL does.
+  void pair(void** s, void** r, void* handle_override = nullptr) {
+    char handle[kHandleMaxSize];
+    void* l = nullptr;
+    ASSERT_EQ(net().listen(ctx_, 0, handle, &l), kSuccess) << Log::all();
+    if (handle_override) std::memcpy(handle, handle_override, kHandleMaxSize);
+    ASSERT_EQ(net().connect(ctx_, 0, handle, s, nullptr), kSuccess) << Log::all();
+    ASSERT_NE(*s, nullptr);
+    *r = nullptr;
+    wait_for([&] { return *r != nullptr; }, [&] { ASSERT_EQ(net().accept(l, r, nullptr), kSuccess); }, 10s);
+    listen_ = l;
+  }
+  void TearDown() override {
+    if (listen_) {
+      EXPECT_EQ(net().close_listen(listen_), kSuccess);
+    }
+  }
+  // Tests `req` until done (bounded); returns the last result.
+  Result finish(void* req, int* size) {
+    int done = 0;
+    Result res = kSuccess;
+    wait_for([&] { return done || res != kSuccess; }, [&] { res = net().test(req, &done, size); }, 20s);
+    return res;
+  }
+  void* ctx_ = nullptr;
+  void* listen_ = nullptr;
+};
+
+TEST(NetAbi, BothTablesResolveWithTheirEntries) {
+  Plugin& p = Plugin::get();
+  ASSERT_NE(p.dl, nullptr) << p.error;
+  ASSERT_NE(p.net, nullptr);
+  ASSERT_NE(p.gin, nullptr);
+  EXPECT_STREQ(p.net->name, "kinet");
+  EXPECT_STREQ(p.gin->name, "kinet");
+  for (auto f : {(void*)p.net->init, (void*)p.net->devices, (void*)p.net->get_properties, (void*)p.net->listen,
+                 (void*)p.net->connect, (void*)p.net->accept, (void*)p.net->reg_mr, (void*)p.net->reg_mr_dma_buf,
+                 (void*)p.net->dereg_mr, (void*)p.net->isend, (void*)p.net->irecv, (void*)p.net->iflush,
+                 (void*)p.net->test, (void*)p.net->close_send, (void*)p.net->close_recv,
+                 (void*)p.net->close_listen, (void*)p.net->finalize})
+    EXPECT_NE(f, nullptr);
+  // Optional entries NCCL checks for NULL.
+  EXPECT_EQ((void*)p.net->make_vdevice, nullptr);
+  EXPECT_EQ((void*)p.net->set_net_attr, nullptr);
+}
+
+TEST_F(Net, OneHostDeviceWithItsProperties) {
+  int n = -1;
+  ASSERT_EQ(net().devices(&n), kSuccess);
+  EXPECT_EQ(n, 1);
+  Properties p{};
+  ASSERT_EQ(net().get_properties(0, &p), kSuccess);
+  EXPECT_STREQ(p.name, "kinet");
+  EXPECT_EQ(p.net_device_type, kDeviceHost);
+  EXPECT_EQ(p.ptr_support, kPtrHost);
+  EXPECT_EQ(p.max_recvs, 1);
+  EXPECT_EQ(p.pci_path, nullptr);
+  EXPECT_EQ(p.vprops.ndevs, 1);
+  EXPECT_EQ(p.max_p2p_bytes, kMaxNetSize);
+  EXPECT_EQ(net().get_properties(1, &p), kInvalidArgument);
+  EXPECT_TRUE(Log::warned("device 1 (kinet has 1)")) << Log::all();
+  EXPECT_EQ(net().get_properties(-1, &p), kInvalidArgument);
+}
+
+TEST_F(Net, TaggedMessagesArriveByteForByteInOrder) {
+  void *s, *r;
+  pair(&s, &r);
+  const std::vector<size_t> sizes = {0, 1, 4093, 1 << 20, 3};
+  std::vector<std::vector<uint8_t>> out, in;
+  std::vector<void*> mh_s(sizes.size()), mh_r(sizes.size()), rs(sizes.size()), rr(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out.emplace_back(sizes[i]);
+    for (size_t b = 0; b < sizes[i]; ++b) out[i][b] = static_cast<uint8_t>(b * 7 + i);
+    in.emplace_back(sizes[i] + 16, 0xee);  // room beyond what arrives stays untouched
+    ASSERT_EQ(net().reg_mr(s, out[i].data(), out[i].size(), kPtrHost, &mh_s[i]), kSuccess);
+    ASSERT_EQ(net().reg_mr(r, in[i].data(), in[i].size(), kPtrHost, &mh_r[i]), kSuccess);
+  }
+  // All receives and sends in flight at once, as NCCL's proxy does.
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    void* d = in[i].data();
+    size_t room = in[i].size();
+    int tag = static_cast<int>(100 + i);
+    ASSERT_EQ(net().irecv(r, 1, &d, &room, &tag, &mh_r[i], nullptr, &rr[i]), kSuccess);
+    ASSERT_NE(rr[i], nullptr);
+    ASSERT_EQ(net().isend(s, out[i].data(), sizes[i], tag, mh_s[i], nullptr, &rs[i]), kSuccess);
+    ASSERT_NE(rs[i], nullptr);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    int got = -1;
+    ASSERT_EQ(finish(rs[i], &got), kSuccess) << Log::all();
+    EXPECT_EQ(got, static_cast<int>(sizes[i]));
+    ASSERT_EQ(finish(rr[i], &got), kSuccess) << Log::all();
+    EXPECT_EQ(got, static_cast<int>(sizes[i]));
+    EXPECT_TRUE(std::equal(out[i].begin(), out[i].end(), in[i].begin())) << "message " << i;
+    EXPECT_TRUE(std::all_of(in[i].begin() + sizes[i], in[i].end(), [](uint8_t b) { return b == 0xee; }));
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(net().dereg_mr(s, mh_s[i]), kSuccess);
+    EXPECT_EQ(net().dereg_mr(r, mh_r[i]), kSuccess);
+  }
+  EXPECT_EQ(net().close_send(s), kSuccess);
+  EXPECT_EQ(net().close_recv(r), kSuccess);
+}
+
+TEST_F(Net, AFullQueueAnswersNullRequestNotABlock) {
+  void *s, *r;
+  pair(&s, &r);
+  std::vector<uint8_t> big(8 << 20);  // more than the socket buffers: nothing completes without a receiver
+  void* mh;
+  ASSERT_EQ(net().reg_mr(s, big.data(), big.size(), kPtrHost, &mh), kSuccess);
+  for (int i = 0; i < kMaxRequests; ++i) {
+    void* req = nullptr;
+    ASSERT_EQ(net().isend(s, big.data(), big.size(), 1, mh, nullptr, &req), kSuccess);
+    ASSERT_NE(req, nullptr) << "request " << i;
+  }
+  void* req = reinterpret_cast<void*>(1);
+  ASSERT_EQ(net().isend(s, big.data(), big.size(), 1, mh, nullptr, &req), kSuccess);
+  EXPECT_EQ(req, nullptr);  // the 33rd: try again later
+  EXPECT_EQ(net().dereg_mr(s, mh), kSuccess);
+  EXPECT_EQ(net().close_recv(r), kSuccess);
+  EXPECT_EQ(net().close_send(s), kSuccess);  // with its requests outstanding
+}
+
+TEST_F(Net, AMessageWithAnotherTagOrTooLargeFailsTheReceive) {
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(variant ? "too large" : "wrong tag");
+    Log::clear();
+    void *s, *r;
+    pair(&s, &r);
+    uint8_t out[100] = {}, in[99];
+    void *ms, *mr;
+    ASSERT_EQ(net().reg_mr(s, out, sizeof out, kPtrHost, &ms), kSuccess);
+    ASSERT_EQ(net().reg_mr(r, in, sizeof in, kPtrHost, &mr), kSuccess);
+    void* d = in;
+    size_t room = sizeof in;
+    int tag = 6;
+    void *rs, *rr;
+    ASSERT_EQ(net().irecv(r, 1, &d, &room, &tag, &mr, nullptr, &rr), kSuccess);
+    ASSERT_EQ(net().isend(s, out, variant ? 100 : 99, variant ? 6 : 5, ms, nullptr, &rs), kSuccess);
+    int got;
+    EXPECT_EQ(finish(rr, &got), kRemoteError);
+    EXPECT_TRUE(Log::warned(variant ? "sent 100 bytes to a receive of 99 bytes (tag 6)"
+                                    : "sent a message with tag 5 where the posted receive expects tag 6"))
+        << Log::all();
+    // Later receives on the broken stream fail at once with the same reason.
+    void* rr2 = nullptr;
+    EXPECT_EQ(net().irecv(r, 1, &d, &room, &tag, &mr, nullptr, &rr2), kRemoteError);
+    EXPECT_EQ(rr2, nullptr);
+    EXPECT_EQ(finish(rs, &got), kSuccess);
+    EXPECT_EQ(net().dereg_mr(s, ms), kSuccess);
+    EXPECT_EQ(net().dereg_mr(r, mr), kSuccess);
+    EXPECT_EQ(net().close_send(s), kSuccess);
+    EXPECT_EQ(net().close_recv(r), kSuccess);
+    net().close_listen(listen_);
+    listen_ = nullptr;
+  }
+}
+
+TEST_F(Net, AConnectionWithoutTheSecretIsRefused) {
+  char handle[kHandleMaxSize];
+  void* l = nullptr;
+  ASSERT_EQ(net().listen(ctx_, 0, handle, &l), kSuccess);
+  listen_ = l;
+  handle[8 + 32] ^= 1;  // one bit of the secret (after magic and the 32-byte address)
+  void* s = nullptr;
+  ASSERT_EQ(net().connect(ctx_, 0, handle, &s, nullptr), kSuccess);
+  void* r = nullptr;
+  ASSERT_TRUE(wait_for([&] { return Log::warned("wrong handshake or secret"); },
+                       [&] { ASSERT_EQ(net().accept(l, &r, nullptr), kSuccess); }, 10s))
+      << Log::all();
+  EXPECT_EQ(r, nullptr);
+  net().close_send(s);
+}
+
+TEST_F(Net, MisuseIsRejectedWithItsReason) {
+  void *s, *r;
+  pair(&s, &r);
+  uint8_t buf[64];
+  void* mh = nullptr;
+  EXPECT_EQ(net().reg_mr(s, buf, sizeof buf, kPtrCuda, &mh), kInvalidArgument);
+  EXPECT_TRUE(Log::warned("host memory only")) << Log::all();
+  EXPECT_EQ(net().reg_mr(s, buf, sizeof buf, 0, &mh), kInvalidArgument);
+  int not_a_comm = 0;
+  EXPECT_EQ(net().reg_mr(&not_a_comm, buf, sizeof buf, kPtrHost, &mh), kInvalidArgument);
+  EXPECT_TRUE(Log::warned("not a kinet net comm"));
+  ASSERT_EQ(net().reg_mr(r, buf, sizeof buf, kPtrHost, &mh), kSuccess);
+  void* d[2] = {buf, buf};
+  size_t sz[2] = {8, 8};
+  int tags[2] = {1, 2};
+  void* mhs[2] = {mh, mh};
+  void* req = nullptr;
+  EXPECT_EQ(net().irecv(r, 2, d, sz, tags, mhs, nullptr, &req), kInvalidUsage);
+  EXPECT_TRUE(Log::warned("2 receives at once (maxRecvs is 1)"));
+  EXPECT_EQ(net().irecv(s, 1, d, sz, tags, mhs, nullptr, &req), kInvalidArgument);  // a send comm
+  void* bad_mh = &not_a_comm;
+  EXPECT_EQ(net().irecv(r, 1, d, sz, tags, &bad_mh, nullptr, &req), kInvalidArgument);
+  EXPECT_TRUE(Log::warned("not a kinet memory handle"));
+  int done;
+  EXPECT_EQ(net().test(&not_a_comm, &done, nullptr), kInvalidArgument);
+  char handle[kHandleMaxSize] = {};
+  void* s2 = reinterpret_cast<void*>(1);
+  EXPECT_EQ(net().connect(ctx_, 0, handle, &s2, nullptr), kInvalidArgument);
+  EXPECT_EQ(s2, nullptr);
+  EXPECT_TRUE(Log::warned("not a kinet net handle"));
+  EXPECT_EQ(net().dereg_mr(r, mh), kSuccess);
+  EXPECT_EQ(net().dereg_mr(r, mh), kInvalidArgument);  // twice: the handle is dead
+  net().close_send(s);
+  net().close_recv(r);
+}
+
+TEST_F(Net, APeerThatClosesFailsTheReceiveAtOnce) {
+  void *s, *r;
+  pair(&s, &r);
+  uint8_t in[16];
+  void* mr;
+  ASSERT_EQ(net().reg_mr(r, in, sizeof in, kPtrHost, &mr), kSuccess);
+  void* d = in;
+  size_t room = sizeof in;
+  int tag = 1;
+  void* rr;
+  ASSERT_EQ(net().irecv(r, 1, &d, &room, &tag, &mr, nullptr, &rr), kSuccess);
+  ASSERT_EQ(net().close_send(s), kSuccess);
+  int got;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(finish(rr, &got), kRemoteError);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_TRUE(Log::warned("closed the connection while receiving")) << Log::all();
+  EXPECT_EQ(net().dereg_mr(r, mr), kSuccess);
+  EXPECT_EQ(net().close_recv(r), kSuccess);
+}
+
+// Rank 0 listens and receives, rank 1 connects and sends 4 MiB + a small
+// message; each checks every byte. `ns`: each rank in its own namespace.
+void two_process_transfer(const NetnsPair* ns, bool kill_sender) {
+  Shared* sh = Shared::make();
+  ASSERT_NE(sh, nullptr);
+  // Killed: more than the socket buffers hold, so the receiver sees the stream end mid-message.
+  const size_t kBytes = kill_sender ? (64u << 20) : (4u << 20);
+  auto body = [&](int rank) -> int {
+    NetV11& n = net();
+    void* ctx;
+    RANK_CHECK(rank, n.init(&ctx, 1, nullptr, Log::logger, nullptr) == kSuccess);
+    std::vector<uint8_t> buf(kBytes);
+    if (rank == 0) {
+      void* l;
+      RANK_CHECK(rank, n.listen(ctx, 0, sh->handles[0], &l) == kSuccess);
+      sh->ready.store(1);
+      void* r = nullptr;
+      RANK_CHECK(rank, wait_for([&] { return r != nullptr; }, [&] { n.accept(l, &r, nullptr); }));
+      void* mh;
+      RANK_CHECK(rank, n.reg_mr(r, buf.data(), buf.size(), kPtrHost, &mh) == kSuccess);
+      void* d = buf.data();
+      size_t room = buf.size();
+      int tag = 42, done = 0, got = -1;
+      void* req;
+      RANK_CHECK(rank, n.irecv(r, 1, &d, &room, &tag, &mh, nullptr, &req) == kSuccess && req);
+      Result res = kSuccess;
+      auto t0 = std::chrono::steady_clock::now();
+      wait_for([&] { return done || res != kSuccess; }, [&] { res = n.test(req, &done, &got); });
+      if (kill_sender) {  // the sender died mid-message: an error, soon
+        RANK_CHECK(rank, res == kRemoteError && std::chrono::steady_clock::now() - t0 < 10s);
+        RANK_CHECK(rank, Log::warned("closed the connection while receiving"));
+        return 0;
+      }
+      RANK_CHECK(rank, res == kSuccess && done == 1 && got == static_cast<int>(kBytes));
+      for (size_t i = 0; i < kBytes; ++i) RANK_CHECK(rank, buf[i] == static_cast<uint8_t>(i * 131 + (i >> 12)));
+      n.close_recv(r);
+      n.close_listen(l);
+      return 0;
+    }
+    RANK_CHECK(rank, wait_for([&] { return sh->ready.load() == 1; }, [] { std::this_thread::sleep_for(1ms); }));
+    void* s;
+    RANK_CHECK(rank, n.connect(ctx, 0, sh->handles[0], &s, nullptr) == kSuccess && s);
+    if (!kill_sender)  // (the killed one's bytes are never checked)
+      for (size_t i = 0; i < kBytes; ++i) buf[i] = static_cast<uint8_t>(i * 131 + (i >> 12));
+    void* mh;
+    RANK_CHECK(rank, n.reg_mr(s, buf.data(), buf.size(), kPtrHost, &mh) == kSuccess);
+    void* req;
+    // Killed: only the first part of the message goes out.
+    RANK_CHECK(rank, n.isend(s, buf.data(), kBytes, 42, mh, nullptr, &req) == kSuccess && req);
+    if (kill_sender) raise(SIGKILL);
+    int done = 0, got = -1;
+    Result res = kSuccess;
+    wait_for([&] { return done || res != kSuccess; }, [&] { res = n.test(req, &done, &got); });
+    RANK_CHECK(rank, res == kSuccess && done == 1 && got == static_cast<int>(kBytes));
+    n.close_send(s);
+    return 0;
+  };
+  auto codes = run_ranks(2, body, 40s, [&](int r) { return !ns || ns->enter(r); });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], kill_sender ? 128 + SIGKILL : 0);
+  munmap(sh, sizeof(Shared));
+}
+
+TEST(NetProcesses, FourMiBBetweenTwoProcesses) { two_process_transfer(nullptr, false); }
+TEST(NetProcesses, ASenderKilledMidMessageFailsTheReceiver) { two_process_transfer(nullptr, true); }
+TEST(NetProcesses, FourMiBAcrossTwoNetworkNamespaces) {
+  NetnsPair ns(1);
+  if (!ns.ok()) GTEST_SKIP() << "cannot create network namespaces and a veth pair (needs root and ip netns)";
+  two_process_transfer(&ns, false);
+}
+
+}  // namespace
