@@ -104,8 +104,10 @@ void ucx_perftest(const Options& o, bool latency, Row& row, int port) {
   }
   std::istringstream in(out);
   std::string line, last;
-  while (std::getline(in, line))
+  while (std::getline(in, line)) {
+    line.erase(0, line.find_first_not_of(' '));
     if (!line.empty() && line[0] >= '0' && line[0] <= '9' && line.find(',') != std::string::npos) last = line;
+  }
   std::vector<double> f;
   std::istringstream ls(last);
   for (std::string cell; std::getline(ls, cell, ',');) f.push_back(std::atof(cell.c_str()));

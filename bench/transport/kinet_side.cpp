@@ -60,7 +60,7 @@ struct Side {
   Side(const Options& o, int fd, size_t bytes, const char* name) {
     t = Transport::open({.provider = o.provider, .name = name});
     mem.assign(kDataOffset + bytes, 0);
-    region = t->register_memory(mem.data(), mem.size(), kRemoteWrite | kRemoteRead);
+    region = t->register_memory(mem.data(), mem.size(), kRemoteWrite | kRemoteRead | kRemoteAtomic);
     send_blob(fd, t->address());
     peer = t->connect(recv_blob(fd), name[0] == 'c' ? "server" : "client");
     send_blob(fd, region->remote_key().serialize());

@@ -69,7 +69,8 @@ class UcxChannel final : public Channel {
   // A received message waiting for its turn (or, rendezvous, for its data).
   struct Inbound {
     UcxChannel* self = nullptr;
-    std::vector<uint8_t> buf;       // rendezvous or copied eager data
+    std::unique_ptr<uint8_t[]> buf;  // rendezvous data (a pooled kMaxMessage buffer)
+    std::vector<uint8_t> copy;       // eager data UCX did not let us hold
     const uint8_t* data = nullptr;  // what is delivered
     size_t len = 0;
     void* desc = nullptr;           // UCX's eager buffer, released after delivery
@@ -119,6 +120,11 @@ class UcxChannel final : public Channel {
   void start_fetches();
   void close_lost_eps();
   void release(Inbound& in);
+  // Rendezvous buffers: kMaxMessage bytes each, reused (no zeroing, no page
+  // faults per message); at most kPoolMax kept.
+  std::unique_ptr<uint8_t[]> take_buffer();
+  static constexpr size_t kPoolMax = 32;
+  std::vector<std::unique_ptr<uint8_t[]>> pool_;
 
   std::shared_ptr<const Library> lib_;
   const Fns& f_;
@@ -308,10 +314,17 @@ bool UcxChannel::send(uint32_t peer, const iovec* iov, int n, uint64_t token) {
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   rp.cb.send = &UcxChannel::send_cb;
   rp.user_data = &sl;
-  // An empty message: UCX asserts on an empty iov list, so contiguous.
-  rp.datatype = sl.iov.empty() ? ucp_dt_make_contig(1) : ucp_dt_make_iov();
-  void* r = f_.am_send_nbx(p.ep, kAmId, &sl.hdr, sizeof sl.hdr, sl.iov.empty() ? nullptr : sl.iov.data(),
-                           sl.iov.size(), &rp);
+  // One buffer goes contiguous (UCX's fast paths, zero-copy rendezvous); an
+  // empty message too (UCX asserts on an empty iov list).
+  const void* buf = sl.iov.empty() ? nullptr : sl.iov.data();
+  size_t count = sl.iov.size();
+  rp.datatype = ucp_dt_make_iov();
+  if (count <= 1) {
+    rp.datatype = ucp_dt_make_contig(1);
+    buf = count ? sl.iov[0].buffer : nullptr;
+    count = count ? sl.iov[0].length : 0;
+  }
+  void* r = f_.am_send_nbx(p.ep, kAmId, &sl.hdr, sizeof sl.hdr, buf, count, &rp);
   ++p.send_seq;
   if (r == nullptr) {
     events_.push_back({Event::Sent, token, peer, true, {}});
@@ -354,8 +367,8 @@ ucs_status_t UcxChannel::take(Inbound& in, void* data, size_t len, bool rndv, bo
   in.self = this;
   in.len = len;
   if (rndv) {
-    in.buf.resize(len);
-    in.data = in.buf.data();
+    in.buf = take_buffer();
+    in.data = in.buf.get();
     to_fetch_.emplace_back(&in, data);
     return UCS_INPROGRESS;
   }
@@ -365,8 +378,8 @@ ucs_status_t UcxChannel::take(Inbound& in, void* data, size_t len, bool rndv, bo
     in.data = static_cast<const uint8_t*>(data);
     return UCS_INPROGRESS;
   }
-  in.buf.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + len);
-  in.data = in.buf.data();
+  in.copy.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + len);
+  in.data = in.copy.data();
   return UCS_OK;
 }
 
@@ -426,7 +439,7 @@ void UcxChannel::start_fetches() {
     rp.user_data = in;
     rp.datatype = ucp_dt_make_contig(1);
     ++fetching_;
-    void* r = f_.am_recv_data_nbx(worker_, desc, in->buf.data(), in->len, &rp);
+    void* r = f_.am_recv_data_nbx(worker_, desc, in->buf.get(), in->len, &rp);
     if (r == nullptr || UCS_PTR_IS_ERR(r)) {
       --fetching_;
       in->ready = true;
@@ -455,6 +468,14 @@ void UcxChannel::close_lost_eps() {
 void UcxChannel::release(Inbound& in) {
   if (in.desc) f_.am_data_release(worker_, in.desc);
   in.desc = nullptr;
+  if (in.buf && pool_.size() < kPoolMax) pool_.push_back(std::move(in.buf));
+}
+
+std::unique_ptr<uint8_t[]> UcxChannel::take_buffer() {
+  if (pool_.empty()) return std::unique_ptr<uint8_t[]>(new uint8_t[kMaxMessage]);
+  auto b = std::move(pool_.back());
+  pool_.pop_back();
+  return b;
 }
 
 size_t UcxChannel::progress(ChannelEvents& ev) {
