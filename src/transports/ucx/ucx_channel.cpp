@@ -25,6 +25,8 @@ constexpr unsigned kAmId = 0x4b;
 // How far ahead of the next expected message a peer's sequence number may
 // be: reordering inside UCX is small; more is a broken or hostile sender.
 constexpr uint64_t kSeqWindow = 1u << 16;
+// Strangers' messages waiting for delivery (a flood beyond it is dropped).
+constexpr size_t kMaxStrangers = 1024;
 
 // The AM header of every message (host order: both sides run this code on
 // little-endian machines; the address header is explicit).
@@ -396,8 +398,9 @@ ucs_status_t UcxChannel::on_am(const void* header, size_t hlen, void* data, size
     // oversized one is dropped here.
     std::string who = well_formed ? "UCX sender node " + hex64(h.node) + " (never added as a peer)"
                                   : "a UCX sender with a malformed " + std::to_string(hlen) + "-byte AM header";
-    if (len > kMaxMessage) {
-      KINET_LOG(Warn, "ucx channel %s: dropped a %zu-byte message from %s", name_.c_str(), len, who.c_str());
+    if (len > kMaxMessage || strangers_.size() >= kMaxStrangers) {
+      KINET_LOG(Warn, "ucx channel %s: dropped a %zu-byte message from %s (%zu strangers' messages undelivered)",
+                name_.c_str(), len, who.c_str(), strangers_.size());
       return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
     }
     strangers_.push_back({std::move(who), std::make_unique<Inbound>()});
