@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     const auto pa = read_address(peer_file, 20s);
     if (pa.empty()) return fail("no peer address in " + peer_file + " after 20 s");
     Recorder r;
-    const auto deadline = Clock::now() + 30s;
+    const auto deadline = Clock::now() + 60s;  // generous: sanitizers on 2 loaded cores
     auto spin = [&](auto pred) {
       while (!pred()) {
         if (Clock::now() > deadline) return false;
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
       return true;
     };
     if (mode == "stranger") {
-      if (!spin([&] { return !r.strangers.empty(); })) return fail("no stranger's message within 30 s");
+      if (!spin([&] { return !r.strangers.empty(); })) return fail("no stranger's message within 60 s");
       uint64_t node = 0;
       for (int i = 0; i < 8; ++i) node |= uint64_t{pa[8 + i]} << (8 * i);
       char hex[24];
@@ -111,12 +111,12 @@ int main(int argc, char** argv) {
     if (mode == "victim") {
       // on_sent means the buffer is free, not that the data arrived: wait for ACK.
       if (!send_text(*ch, p, "HELLO", 1)) return fail("send refused");
-      if (!spin([&] { return !r.msgs.empty(); })) return fail("no ACK within 30 s");
+      if (!spin([&] { return !r.msgs.empty(); })) return fail("no ACK within 60 s");
       std::fflush(stdout);
       kill(getpid(), SIGKILL);
     }
     if (mode == "killer") {
-      if (!spin([&] { return !r.msgs.empty(); })) return fail("no HELLO within 30 s");
+      if (!spin([&] { return !r.msgs.empty(); })) return fail("no HELLO within 60 s");
       if (!send_text(*ch, p, "ACK", 2)) return fail("send refused");
       const auto t0 = Clock::now();
       const bool idle = flag(argc, argv, "--idle");
@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
       bool bye_sent = false, bye_got = false;
       while (!(bye_got && bye_sent && r.sent.count(~0ull))) {
         if (Clock::now() > deadline)
-          return fail("stream not done in 30 s: sent " + std::to_string(tx.next) + ", received " +
+          return fail("stream not done in 60 s: sent " + std::to_string(tx.next) + ", received " +
                       std::to_string(rx.got) + " of " + std::to_string(count));
         ch->progress(r);
         // The other side exits only after our BYE, which we send only after

@@ -189,18 +189,18 @@ void expect_stream_ok(const std::vector<kinet::test::Proc>& ps) {
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE("helper " + std::to_string(i));
     EXPECT_FALSE(ps[i].timed_out);
-    EXPECT_EQ(first_line(ps[i]).rfind("OK 100 each way", 0), 0u) << ps[i].out;
+    EXPECT_EQ(first_line(ps[i]).rfind("OK 60 each way", 0), 0u) << ps[i].out;
     EXPECT_EQ(ps[i].exit_code, 0);
   }
 }
 
 TEST_F(UcxChannelProcs, StreamOverSharedMemory) {
-  expect_stream_ok(run({"--mode", "stream", "--count", "100"}, {"--mode", "stream", "--count", "100"},
+  expect_stream_ok(run({"--mode", "stream", "--count", "60"}, {"--mode", "stream", "--count", "60"},
                        {"UCX_TLS=sm,self"}));
 }
 
 TEST_F(UcxChannelProcs, StreamOverTcp) {
-  expect_stream_ok(run({"--mode", "stream", "--count", "100"}, {"--mode", "stream", "--count", "100"},
+  expect_stream_ok(run({"--mode", "stream", "--count", "60"}, {"--mode", "stream", "--count", "60"},
                        {"UCX_TLS=tcp", "UCX_NET_DEVICES=lo"}));
 }
 
@@ -253,7 +253,7 @@ class UcxChannelNetns : public UcxNetns {
 };
 
 TEST_F(UcxChannelNetns, StreamAcrossNamespaces) {
-  expect_stream_ok(run_ns({"--mode", "stream", "--count", "100"}, {"--mode", "stream", "--count", "100"}));
+  expect_stream_ok(run_ns({"--mode", "stream", "--count", "60"}, {"--mode", "stream", "--count", "60"}));
 }
 
 TEST_F(UcxChannelNetns, KilledPeerAcrossNamespacesIsLost) {

@@ -47,7 +47,7 @@ class UcxProcs : public ::testing::Test {
     std::vector<kinet::test::Proc> ps;
     ps.push_back(kinet::test::spawn(argv(prefix_a, a, fa_, fb_), env_a));
     ps.push_back(kinet::test::spawn(argv(prefix_b, b, fb_, fa_), env_b));
-    kinet::test::wait_all(ps, 60s);
+    kinet::test::wait_all(ps, 90s);
     return ps;
   }
   std::string helper_, fa_, fb_;
