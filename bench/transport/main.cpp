@@ -1,0 +1,119 @@
+// kinet-transport-perf: kinet::Transport over a provider vs the provider's own
+// benchmark, in one run, between two processes on this host.
+//   kinet-transport-perf [--provider ucx] [--tls tcp|sm|...] [--quick] [--json FILE]
+// Latency: ping-pong of put_signal (the peer waits for the signal, answers
+// with its own put_signal), half the round trip, median over --iters.
+// Bandwidth: a stream of puts with --window in flight, bytes / time until
+// the last completion. Baseline (ucx): ucx_perftest ucp_am_lat / ucp_am_bw
+// with the same UCX_TLS. Ratios: latency kinet/baseline (goal <= 1.2),
+// bandwidth kinet/baseline (goal >= 0.9).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kinet/kinet.hpp"
+#include "perf.hpp"
+
+using namespace kinet::bench;
+
+namespace {
+double load_average() {
+  double l = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
+    std::fclose(f);
+  }
+  return l;
+}
+
+void print_table(const char* title, const char* unit, const std::vector<Row>& rows, bool latency) {
+  std::printf("\n%s (%s)\n%10s %12s %14s %8s\n", title, unit, "bytes", "kinet", "baseline", "ratio");
+  for (const Row& r : rows) {
+    if (r.base > 0)
+      std::printf("%10zu %12.2f %14.2f %8.2f\n", r.size, r.kinet, r.base, r.kinet / r.base);
+    else
+      std::printf("%10zu %12.2f %14s %8s   %s\n", r.size, r.kinet, "-", "-", r.base_note.c_str());
+  }
+  std::printf("goal: ratio %s\n", latency ? "<= 1.2 (kinet / baseline)" : ">= 0.9 (kinet / baseline)");
+}
+
+nlohmann::json rows_json(const std::vector<Row>& rows, bool latency) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const Row& r : rows) {
+    nlohmann::json j{{"bytes", r.size}, {latency ? "kinet_median_us" : "kinet_mib_s", r.kinet}};
+    if (latency) j["kinet_mean_us"] = r.kinet_avg;
+    if (r.base > 0) {
+      j[latency ? "baseline_median_us" : "baseline_mib_s"] = r.base;
+      j["ratio"] = r.kinet / r.base;
+    } else {
+      j["baseline_note"] = r.base_note;
+    }
+    j["baseline_command"] = r.base_cmd;
+    a.push_back(j);
+  }
+  return a;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  bool quick = false;
+  CLI::App app{"kinet::Transport latency and bandwidth vs the provider's own benchmark"};
+  app.add_option("--provider", o.provider, "transport provider (ucx; ofi, tcp, shm have no baseline yet)");
+  app.add_option("--tls", o.tls, "UCX_TLS for kinet and ucx_perftest; empty: the environment's");
+  app.add_option("--lat-sizes", o.lat_sizes, "latency sizes (default 8 .. 64 KiB, x4)");
+  app.add_option("--bw-sizes", o.bw_sizes, "bandwidth sizes (default 64 KiB .. 4 MiB, x4)");
+  app.add_option("--iters", o.lat_iters, "latency iterations per size");
+  app.add_option("--bw-bytes", o.bw_bytes, "bytes streamed per bandwidth size");
+  app.add_option("--window", o.bw_window, "puts in flight in the bandwidth test");
+  app.add_option("--port", o.port, "first TCP port of the baseline's server");
+  app.add_flag("--quick", quick, "fewer iterations and sizes");
+  app.add_flag("!--no-baseline", o.baseline, "skip the provider's own benchmark");
+  app.add_option("--json", o.json, "write the results as JSON to this file");
+  CLI11_PARSE(app, argc, argv);
+  if (o.lat_sizes.empty()) o.lat_sizes = quick ? std::vector<size_t>{8, 4096, 65536}
+                                               : std::vector<size_t>{8, 64, 512, 4096, 16384, 65536};
+  if (o.bw_sizes.empty()) o.bw_sizes = quick ? std::vector<size_t>{65536, 1 << 20}
+                                             : std::vector<size_t>{65536, 262144, 1 << 20, 4 << 20};
+  if (quick) o.lat_iters = 500, o.lat_warmup = 50, o.bw_bytes = 16ull << 20;
+  if (!o.tls.empty() && o.provider == "ucx") setenv("UCX_TLS", o.tls.c_str(), 1);
+
+  const double load0 = load_average();
+  std::vector<Row> lat, bw;
+  try {
+    run_kinet(o, lat, bw);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kinet-transport-perf: %s\n", e.what());
+    return 1;
+  }
+  int port = o.port;
+  if (o.baseline) {
+    for (Row& r : lat) run_baseline(o, true, r, port++);
+    for (Row& r : bw) run_baseline(o, false, r, port++);
+  } else {
+    for (Row& r : lat) r.base_note = "--no-baseline";
+    for (Row& r : bw) r.base_note = "--no-baseline";
+  }
+  const double load1 = load_average();
+  const char* tls = std::getenv("UCX_TLS");
+  std::printf("kinet-transport-perf: provider %s, UCX_TLS=%s, load average %.2f -> %.2f, %ld CPUs\n",
+              o.provider.c_str(), tls ? tls : "(unset)", load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
+  print_table("latency, half round trip, median", "us", lat, true);
+  print_table("bandwidth", "MiB/s", bw, false);
+  if (!o.json.empty()) {
+    nlohmann::json j{{"provider", o.provider},
+                     {"ucx_tls", tls ? tls : ""},
+                     {"load_average_before", load0},
+                     {"load_average_after", load1},
+                     {"cpus", sysconf(_SC_NPROCESSORS_ONLN)},
+                     {"latency_iterations", o.lat_iters},
+                     {"bandwidth_bytes", o.bw_bytes},
+                     {"bandwidth_window", o.bw_window},
+                     {"latency", rows_json(lat, true)},
+                     {"bandwidth", rows_json(bw, false)}};
+    std::ofstream(o.json) << j.dump(2) << "\n";
+  }
+  return 0;
+}

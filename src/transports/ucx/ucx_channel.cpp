@@ -1,0 +1,546 @@
+#include "transports/ucx/ucx_channel.hpp"
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/log.hpp"
+#include "kinet/kinet.hpp"
+
+namespace kinet::transport::ucx {
+namespace {
+
+constexpr uint32_t kAddrMagic = 0x5843554b;  // "KUCX" little-endian
+constexpr uint32_t kAmMagic = 0x4d41554b;    // "KUAM"
+constexpr uint16_t kVersion = 1;
+constexpr size_t kAddrHeader = 24;
+constexpr unsigned kAmId = 0x4b;
+// How far ahead of the next expected message a peer's sequence number may
+// be: reordering inside UCX is small; more is a broken or hostile sender.
+constexpr uint64_t kSeqWindow = 1u << 16;
+// Strangers' messages waiting for delivery (a flood beyond it is dropped).
+constexpr size_t kMaxStrangers = 1024;
+
+// The AM header of every message (host order: both sides run this code on
+// little-endian machines; the address header is explicit).
+struct AmHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t node;
+  uint64_t seq;
+};
+static_assert(sizeof(AmHeader) == 24);
+
+void put_le(uint8_t* p, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get_le(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
+  return v;
+}
+std::string hex64(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
+  return b;
+}
+
+class UcxChannel final : public Channel {
+ public:
+  UcxChannel(std::shared_ptr<const Library> lib, uint64_t node, std::string name);
+  ~UcxChannel() override;
+
+  const char* provider() const override { return "ucx"; }
+  std::string describe() const override { return describe_; }
+  bool ordered() const override { return true; }
+  size_t max_message() const override { return kMaxMessage; }
+  std::vector<uint8_t> address() const override { return address_; }
+  uint32_t add_peer(const std::vector<uint8_t>& address, const std::string& name) override;
+  bool send(uint32_t peer, const iovec* iov, int n, uint64_t token) override;
+  size_t progress(ChannelEvents& ev) override;
+
+ private:
+  // A received message waiting for its turn (or, rendezvous, for its data).
+  struct Inbound {
+    UcxChannel* self = nullptr;
+    std::unique_ptr<uint8_t[]> buf;  // rendezvous data (a pooled kMaxMessage buffer)
+    std::vector<uint8_t> copy;       // eager data UCX did not let us hold
+    const uint8_t* data = nullptr;  // what is delivered
+    size_t len = 0;
+    void* desc = nullptr;           // UCX's eager buffer, released after delivery
+    bool ready = false;             // data complete
+    bool failed = false;            // rendezvous fetch failed
+  };
+  struct Peer {
+    UcxChannel* self = nullptr;
+    uint32_t index = 0;
+    std::string name;
+    uint64_t node = 0;
+    ucp_ep_h ep = nullptr;
+    uint64_t send_seq = 0;
+    uint64_t recv_seq = 0;
+    bool lost = false;
+    std::map<uint64_t, std::unique_ptr<Inbound>> pending;  // by sequence number
+  };
+  struct Stranger {
+    std::string who;
+    std::unique_ptr<Inbound> msg;
+  };
+  struct SendSlot {
+    UcxChannel* self = nullptr;
+    AmHeader hdr{};
+    std::vector<ucp_dt_iov_t> iov;
+    uint64_t token = 0;
+    uint32_t peer = 0;
+  };
+  struct Event {
+    enum Kind { Sent, Lost } kind;
+    uint64_t token;
+    uint32_t peer;
+    bool ok;
+    std::string why;
+  };
+
+  static ucs_status_t am_cb(void* arg, const void* header, size_t hlen, void* data, size_t len,
+                            const ucp_am_recv_param_t* param);
+  static void send_cb(void* request, ucs_status_t status, void* user_data);
+  static void fetch_cb(void* request, ucs_status_t status, size_t length, void* user_data);
+  static void error_cb(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  ucs_status_t on_am(const void* header, size_t hlen, void* data, size_t len, const ucp_am_recv_param_t* param);
+  // Takes the message into `in` (eager: hold or copy; rendezvous: queue the fetch).
+  ucs_status_t take(Inbound& in, void* data, size_t len, bool rndv, bool persistent);
+  void lose(Peer& p, const std::string& why);
+  void start_fetches();
+  void close_lost_eps();
+  void release(Inbound& in);
+  // Rendezvous buffers: kMaxMessage bytes each, reused (no zeroing, no page
+  // faults per message); at most kPoolMax kept.
+  std::unique_ptr<uint8_t[]> take_buffer();
+  static constexpr size_t kPoolMax = 32;
+  std::vector<std::unique_ptr<uint8_t[]>> pool_;
+
+  std::shared_ptr<const Library> lib_;
+  const Fns& f_;
+  uint64_t node_;
+  std::string name_;
+  std::string describe_;
+  ucp_context_h ctx_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<uint8_t> address_;
+  std::recursive_mutex mu_;
+  bool in_progress_ = false;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::unordered_map<uint64_t, uint32_t> by_node_;
+  std::deque<Stranger> strangers_;
+  std::vector<std::pair<Inbound*, void*>> to_fetch_;  // rendezvous descriptors to fetch after progress
+  size_t fetching_ = 0;
+  std::vector<SendSlot> slots_;
+  std::vector<uint32_t> free_slots_;
+  std::deque<Event> events_;
+  std::vector<void*> closing_;  // ep close requests not yet complete
+};
+
+UcxChannel::UcxChannel(std::shared_ptr<const Library> lib, uint64_t node, std::string name)
+    : lib_(std::move(lib)), f_(lib_->fn()), node_(node), name_(std::move(name)) {
+  ucp_config_t* cfg = nullptr;
+  if (ucs_status_t s = f_.config_read(nullptr, nullptr, &cfg); s != UCS_OK)
+    throw Error(ErrorCode::NotSupported, "ucx: ucp_config_read failed: " + lib_->status(s));
+  if (!std::getenv("UCX_KEEPALIVE_INTERVAL")) {
+    if (ucs_status_t s = f_.config_modify(cfg, "KEEPALIVE_INTERVAL", "1s"); s != UCS_OK)
+      KINET_LOG(Warn, "ucx: could not set KEEPALIVE_INTERVAL=1s (%s): a silent dead peer is found later",
+                lib_->status(s).c_str());
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM;
+  ucs_status_t s = f_.init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, cfg, &ctx_);
+  f_.config_release(cfg);
+  if (s != UCS_OK) throw Error(ErrorCode::NotSupported, "ucx: ucp_init failed: " + lib_->status(s));
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  if (s = f_.worker_create(ctx_, &wp, &worker_); s != UCS_OK) {
+    f_.cleanup(ctx_);
+    throw Error(ErrorCode::NotSupported, "ucx: ucp_worker_create failed: " + lib_->status(s));
+  }
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = kAmId;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+  hp.cb = &UcxChannel::am_cb;
+  hp.arg = this;
+  ucp_address_t* ua = nullptr;
+  size_t ulen = 0;
+  if (s = f_.worker_set_am_recv_handler(worker_, &hp); s == UCS_OK) s = f_.worker_get_address(worker_, &ua, &ulen);
+  if (s != UCS_OK) {
+    f_.worker_destroy(worker_);
+    f_.cleanup(ctx_);
+    throw Error(ErrorCode::NotSupported, "ucx: setting up the worker failed: " + lib_->status(s));
+  }
+  address_.resize(kAddrHeader + ulen);
+  put_le(&address_[0], kAddrMagic, 4);
+  put_le(&address_[4], kVersion, 2);
+  put_le(&address_[6], kAddrHeader, 2);
+  put_le(&address_[8], node_, 8);
+  put_le(&address_[16], ulen, 4);
+  put_le(&address_[20], 0, 4);
+  std::memcpy(&address_[kAddrHeader], ua, ulen);
+  f_.worker_release_address(worker_, ua);
+  const char* tls = std::getenv("UCX_TLS");
+  describe_ = std::string("ucx ") + f_.get_version_string() + " active messages, UCX_TLS=" + (tls ? tls : "all");
+  slots_.resize(kSendSlots);
+  for (uint32_t i = kSendSlots; i-- > 0;) {
+    slots_[i].self = this;
+    free_slots_.push_back(i);
+  }
+}
+
+UcxChannel::~UcxChannel() {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  // Force-close every endpoint (sends in flight are cancelled: their
+  // callbacks run during the close), bounded.
+  for (auto& p : peers_) {
+    if (!p->ep) continue;
+    ucp_request_param_t cp{};
+    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* r = f_.ep_close_nbx(p->ep, &cp);
+    p->ep = nullptr;
+    if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while ((!closing_.empty() || fetching_ > 0) && std::chrono::steady_clock::now() < deadline) {
+    f_.worker_progress(worker_);
+    close_lost_eps();
+  }
+  if (!closing_.empty() || fetching_ > 0)
+    KINET_LOG(Warn, "ucx channel %s: %zu endpoint closes and %zu fetches still running after 2 s; destroying anyway",
+              name_.c_str(), closing_.size(), fetching_);
+  for (void* r : closing_) f_.request_free(r);
+  for (auto& p : peers_)
+    for (auto& [seq, in] : p->pending) release(*in);
+  for (auto& st : strangers_) release(*st.msg);
+  f_.worker_destroy(worker_);
+  f_.cleanup(ctx_);
+}
+
+uint32_t UcxChannel::add_peer(const std::vector<uint8_t>& a, const std::string& name) {
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::InvalidArgument, "ucx: the address of " + name + " " + why);
+  };
+  if (a.size() < kAddrHeader)
+    throw bad("is " + std::to_string(a.size()) + " bytes, shorter than the " + std::to_string(kAddrHeader) +
+              "-byte kinet UCX header");
+  if (get_le(&a[0], 4) != kAddrMagic) throw bad("is not a kinet UCX address (magic " + hex64(get_le(&a[0], 4)) + ")");
+  if (get_le(&a[4], 2) != kVersion || get_le(&a[6], 2) != kAddrHeader)
+    throw bad("has version " + std::to_string(get_le(&a[4], 2)) + " with a " + std::to_string(get_le(&a[6], 2)) +
+              "-byte header; this side speaks version " + std::to_string(kVersion));
+  const uint64_t node = get_le(&a[8], 8);
+  const uint64_t ulen = get_le(&a[16], 4);
+  if (node == 0) throw bad("has node id 0");
+  if (ulen == 0 || kAddrHeader + ulen != a.size())
+    throw bad("says " + std::to_string(ulen) + " bytes of UCP address but carries " +
+              std::to_string(a.size() - kAddrHeader));
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  if (auto it = by_node_.find(node); it != by_node_.end())
+    throw bad("names node " + hex64(node) + ", already peer " + std::to_string(it->second) + " (" +
+              peers_[it->second]->name + ")");
+  auto p = std::make_unique<Peer>();
+  p->self = this;
+  p->index = static_cast<uint32_t>(peers_.size());
+  p->name = name;
+  p->node = node;
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(&a[kAddrHeader]);
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &UcxChannel::error_cb;
+  ep.err_handler.arg = p.get();
+  ucs_status_t s = f_.ep_create(worker_, &ep, &p->ep);
+  if (s == UCS_ERR_UNREACHABLE) {
+    // UCX 1.13's shared-memory transports have no peer failure handler: with
+    // UCX_TLS limited to them, only an endpoint without error handling
+    // reaches the peer. A dead peer is then found by the engine's timeout.
+    ep.field_mask &= ~uint64_t{UCP_EP_PARAM_FIELD_ERR_HANDLER};
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    s = f_.ep_create(worker_, &ep, &p->ep);
+    if (s == UCS_OK)
+      KINET_LOG(Info, "ucx channel %s: %s is reachable only without UCX's peer failure detection (shared memory?): "
+                "its death is found by the transport timeout", name_.c_str(), name.c_str());
+  }
+  if (s != UCS_OK)
+    throw Error(ErrorCode::System, "ucx: ucp_ep_create to " + name + " (node " + hex64(node) +
+                                       ") failed: " + lib_->status(s));
+  by_node_[node] = p->index;
+  peers_.push_back(std::move(p));
+  return peers_.back()->index;
+}
+
+bool UcxChannel::send(uint32_t peer, const iovec* iov, int n, uint64_t token) {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  if (peer >= peers_.size())
+    throw Error(ErrorCode::InvalidArgument, "ucx: send to peer " + std::to_string(peer) + ", but " + name_ +
+                                                " has " + std::to_string(peers_.size()) + " peers");
+  if (n < 0 || (n > 0 && !iov)) throw Error(ErrorCode::InvalidArgument, "ucx: send with a bad iov list");
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) total += iov[i].iov_len;
+  Peer& p = *peers_[peer];
+  if (total > kMaxMessage)
+    throw Error(ErrorCode::InvalidArgument, "ucx: a message of " + std::to_string(total) + " bytes to " + p.name +
+                                                " exceeds max_message() = " + std::to_string(kMaxMessage));
+  if (p.lost) {
+    events_.push_back({Event::Sent, token, peer, false, {}});
+    return true;
+  }
+  if (free_slots_.empty()) return false;
+  const uint32_t si = free_slots_.back();
+  SendSlot& sl = slots_[si];
+  sl.hdr = {kAmMagic, kVersion, 0, node_, p.send_seq};
+  sl.iov.clear();
+  for (int i = 0; i < n; ++i)
+    if (iov[i].iov_len > 0) sl.iov.push_back({iov[i].iov_base, iov[i].iov_len});
+  sl.token = token;
+  sl.peer = peer;
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  rp.cb.send = &UcxChannel::send_cb;
+  rp.user_data = &sl;
+  // One buffer goes contiguous (UCX's fast paths, zero-copy rendezvous); an
+  // empty message too (UCX asserts on an empty iov list).
+  const void* buf = sl.iov.empty() ? nullptr : sl.iov.data();
+  size_t count = sl.iov.size();
+  rp.datatype = ucp_dt_make_iov();
+  if (count <= 1) {
+    rp.datatype = ucp_dt_make_contig(1);
+    buf = count ? sl.iov[0].buffer : nullptr;
+    count = count ? sl.iov[0].length : 0;
+  }
+  void* r = f_.am_send_nbx(p.ep, kAmId, &sl.hdr, sizeof sl.hdr, buf, count, &rp);
+  ++p.send_seq;
+  if (r == nullptr) {
+    events_.push_back({Event::Sent, token, peer, true, {}});
+  } else if (UCS_PTR_IS_ERR(r)) {
+    events_.push_back({Event::Sent, token, peer, false, {}});
+    lose(p, "ucp_am_send_nbx failed: " + lib_->status(UCS_PTR_STATUS(r)));
+  } else {
+    free_slots_.pop_back();  // the slot is UCX's until send_cb
+  }
+  return true;
+}
+
+void UcxChannel::send_cb(void* request, ucs_status_t status, void* user_data) {
+  auto* sl = static_cast<SendSlot*>(user_data);
+  UcxChannel* self = sl->self;
+  self->events_.push_back({Event::Sent, sl->token, sl->peer, status == UCS_OK, {}});
+  if (status != UCS_OK && status != UCS_ERR_CANCELED)
+    self->lose(*self->peers_[sl->peer], "sending to it failed: " + self->lib_->status(status));
+  self->f_.request_free(request);
+  self->free_slots_.push_back(static_cast<uint32_t>(sl - self->slots_.data()));
+}
+
+void UcxChannel::error_cb(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* p = static_cast<Peer*>(arg);
+  p->self->lose(*p, "UCX reported " + p->self->lib_->status(status) + " on the endpoint to " + p->name);
+}
+
+void UcxChannel::lose(Peer& p, const std::string& why) {
+  if (p.lost) return;
+  p.lost = true;
+  events_.push_back({Event::Lost, 0, p.index, false, why});
+}
+
+ucs_status_t UcxChannel::am_cb(void* arg, const void* header, size_t hlen, void* data, size_t len,
+                               const ucp_am_recv_param_t* param) {
+  return static_cast<UcxChannel*>(arg)->on_am(header, hlen, data, len, param);
+}
+
+ucs_status_t UcxChannel::take(Inbound& in, void* data, size_t len, bool rndv, bool persistent) {
+  in.self = this;
+  in.len = len;
+  if (rndv) {
+    in.buf = take_buffer();
+    in.data = in.buf.get();
+    to_fetch_.emplace_back(&in, data);
+    return UCS_INPROGRESS;
+  }
+  in.ready = true;
+  if (persistent) {
+    in.desc = data;
+    in.data = static_cast<const uint8_t*>(data);
+    return UCS_INPROGRESS;
+  }
+  in.copy.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + len);
+  in.data = in.copy.data();
+  return UCS_OK;
+}
+
+ucs_status_t UcxChannel::on_am(const void* header, size_t hlen, void* data, size_t len,
+                               const ucp_am_recv_param_t* param) {
+  const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  const bool persistent = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA;
+  AmHeader h{};
+  const bool well_formed = hlen == sizeof h && (std::memcpy(&h, header, sizeof h), h.magic == kAmMagic) &&
+                           h.version == kVersion;
+  auto it = well_formed ? by_node_.find(h.node) : by_node_.end();
+  if (it == by_node_.end()) {
+    // A stranger: reported with its data (the engine rejects it); an
+    // oversized one is dropped here.
+    std::string who = well_formed ? "UCX sender node " + hex64(h.node) + " (never added as a peer)"
+                                  : "a UCX sender with a malformed " + std::to_string(hlen) + "-byte AM header";
+    if (len > kMaxMessage || strangers_.size() >= kMaxStrangers) {
+      KINET_LOG(Warn, "ucx channel %s: dropped a %zu-byte message from %s (%zu strangers' messages undelivered)",
+                name_.c_str(), len, who.c_str(), strangers_.size());
+      return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+    }
+    strangers_.push_back({std::move(who), std::make_unique<Inbound>()});
+    return take(*strangers_.back().msg, data, len, rndv, persistent);
+  }
+  Peer& p = *peers_[it->second];
+  if (p.lost) return rndv ? UCS_ERR_CANCELED : UCS_OK;
+  std::string bad;
+  if (len > kMaxMessage)
+    bad = "sent a " + std::to_string(len) + "-byte message, more than " + std::to_string(kMaxMessage);
+  else if (h.seq < p.recv_seq || h.seq - p.recv_seq >= kSeqWindow || p.pending.count(h.seq))
+    bad = "sent message number " + std::to_string(h.seq) + " while " + std::to_string(p.recv_seq) + " was expected";
+  if (!bad.empty()) {
+    lose(p, p.name + " broke the kinet UCX protocol: it " + bad);
+    return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+  }
+  auto& in = p.pending[h.seq];
+  in = std::make_unique<Inbound>();
+  return take(*in, data, len, rndv, persistent);
+}
+
+void UcxChannel::fetch_cb(void* request, ucs_status_t status, size_t, void* user_data) {
+  auto* in = static_cast<Inbound*>(user_data);
+  in->ready = true;
+  in->failed = status != UCS_OK;
+  --in->self->fetching_;
+  in->self->f_.request_free(request);
+}
+
+void UcxChannel::start_fetches() {
+  // Swap first: a fetch completing at once adds nothing, but keep the loop
+  // independent of callbacks.
+  std::vector<std::pair<Inbound*, void*>> todo;
+  todo.swap(to_fetch_);
+  for (auto [in, desc] : todo) {
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    rp.cb.recv_am = &UcxChannel::fetch_cb;
+    rp.user_data = in;
+    rp.datatype = ucp_dt_make_contig(1);
+    ++fetching_;
+    void* r = f_.am_recv_data_nbx(worker_, desc, in->buf.get(), in->len, &rp);
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+      --fetching_;
+      in->ready = true;
+      in->failed = r != nullptr;
+    }
+  }
+}
+
+void UcxChannel::close_lost_eps() {
+  for (auto& p : peers_) {
+    if (!p->lost || !p->ep) continue;
+    ucp_request_param_t cp{};
+    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* r = f_.ep_close_nbx(p->ep, &cp);
+    p->ep = nullptr;
+    if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
+  }
+  std::erase_if(closing_, [&](void* r) {
+    if (f_.request_check_status(r) == UCS_INPROGRESS) return false;
+    f_.request_free(r);
+    return true;
+  });
+}
+
+void UcxChannel::release(Inbound& in) {
+  if (in.desc) f_.am_data_release(worker_, in.desc);
+  in.desc = nullptr;
+  if (in.buf && pool_.size() < kPoolMax) pool_.push_back(std::move(in.buf));
+}
+
+std::unique_ptr<uint8_t[]> UcxChannel::take_buffer() {
+  if (pool_.empty()) return std::unique_ptr<uint8_t[]>(new uint8_t[kMaxMessage]);
+  auto b = std::move(pool_.back());
+  pool_.pop_back();
+  return b;
+}
+
+size_t UcxChannel::progress(ChannelEvents& ev) {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  if (in_progress_) return 0;  // called from inside one of our own callbacks
+  in_progress_ = true;
+  struct Reset {
+    bool& b;
+    ~Reset() { b = false; }
+  } reset{in_progress_};
+  for (int i = 0; i < 64 && f_.worker_progress(worker_) != 0; ++i) {
+  }
+  start_fetches();
+  size_t n = 0;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    Peer& p = *peers_[i];
+    while (!p.lost && !p.pending.empty() && p.pending.begin()->first == p.recv_seq &&
+           p.pending.begin()->second->ready) {
+      std::unique_ptr<Inbound> in = std::move(p.pending.begin()->second);
+      p.pending.erase(p.pending.begin());
+      ++p.recv_seq;
+      if (in->failed) {
+        lose(p, "fetching a rendezvous message from " + p.name + " failed");
+        break;
+      }
+      ev.on_message(p.index, in->data, in->len);
+      release(*in);
+      ++n;
+    }
+  }
+  while (!strangers_.empty() && strangers_.front().msg->ready) {
+    Stranger st = std::move(strangers_.front());
+    strangers_.pop_front();
+    if (!st.msg->failed) ev.on_stranger(st.who, st.msg->data, st.msg->len);
+    release(*st.msg);
+    ++n;
+  }
+  while (!events_.empty()) {
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    if (e.kind == Event::Sent) ev.on_sent(e.token, e.ok);
+    else ev.on_peer_lost(e.peer, e.why);
+    ++n;
+  }
+  close_lost_eps();
+  return n;
+}
+
+}  // namespace
+
+std::unique_ptr<Channel> make_channel(uint64_t node, const std::string& name, const char* lib) {
+  if (node == 0) throw Error(ErrorCode::InvalidArgument, "ucx: channel " + name + " needs a non-zero node id");
+#if defined(__SANITIZE_THREAD__)
+  // UCX's memory hooks (libucm patching mmap and malloc) crash a
+  // ThreadSanitizer process: off in TSan builds, unless the user chose.
+  setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 0);
+  setenv("UCX_MEM_MALLOC_HOOKS", "no", 0);
+#endif
+  std::string why;
+  auto l = Library::load(lib, &why);
+  if (!l) throw Error(ErrorCode::NotSupported, "ucx: " + why);
+  return std::make_unique<UcxChannel>(std::move(l), node, name);
+}
+
+}  // namespace kinet::transport::ucx

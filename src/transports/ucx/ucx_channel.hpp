@@ -1,0 +1,42 @@
+// kinet transports, ucx — a Channel over UCX active messages (UCP, loaded
+// with dlopen from libucp.so.0; see ucx_lib.hpp).
+//
+// One UCP context and one worker (AM feature, single-thread mode; the channel
+// serialises its own calls with a mutex). address() = a 24-byte kinet header
+// (magic "KUCX", version, this side's node id, the UCP address length) + the
+// UCP worker address. add_peer() creates an endpoint with peer error handling:
+// UCX's error callback becomes on_peer_lost. send() is one ucp_am_send_nbx
+// with an iov datatype and a 24-byte AM header (magic, version, the sender's
+// node id, a per-peer sequence number): the receiver maps the node id to a
+// peer (unknown -> on_stranger) and delivers each peer's messages in sequence
+// order, so ordered() is true whatever UCX does (UCX documents ordering for
+// its tag API, not for AM, and a rendezvous message completes after eager
+// messages sent behind it). Eager data is delivered from UCX's buffer;
+// rendezvous data is fetched with ucp_am_recv_data_nbx into a buffer first.
+//
+// Environment: every UCX_* variable passes through to UCX. The ones that
+// matter: UCX_TLS (transports, e.g. "tcp", "shm", "rc,sm"; default all),
+// UCX_NET_DEVICES (e.g. "eth0", "mlx5_0:1"), UCX_RNDV_THRESH (eager vs
+// rendezvous size), UCX_KEEPALIVE_INTERVAL (how fast a silent dead peer is
+// found; kinet makes it 1s unless the variable is set: UCX's 20s default is
+// too slow for a peer timeout).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transports/channel.hpp"
+#include "transports/ucx/ucx_lib.hpp"
+
+namespace kinet::transport::ucx {
+
+inline constexpr size_t kMaxMessage = size_t{1} << 20;  // max_message(): the engine splits larger transfers
+inline constexpr size_t kSendSlots = 1024;              // sends in flight before send() returns false
+
+// Opens a UCX channel named `name` with node id `node` (non-zero). Throws
+// kinet::Error NotSupported when `lib` can't be loaded or lacks a symbol
+// ("ucx: libucp.so.0 could not be loaded (...)") or UCX can't start (UCX's
+// reason), InvalidArgument for node 0.
+std::unique_ptr<Channel> make_channel(uint64_t node, const std::string& name, const char* lib = kLibucp);
+
+}  // namespace kinet::transport::ucx
