@@ -283,7 +283,7 @@ TEST(OfiChannelTwoProcesses, KilledPeerFailsTheNextSendsAndIsLostOnce) {
   std::printf("peer lost after %lld ms, %llu sends: %s\n", static_cast<long long>(ms),
               static_cast<unsigned long long>(token - 2), ra.lost[0].second.c_str());
   EXPECT_EQ(ra.lost[0].first, p);
-  EXPECT_EQ(ra.lost[0].second.rfind("fi_sendmsg to helper failed: ", 0), 0u) << ra.lost[0].second;
+  EXPECT_EQ(ra.lost[0].second.rfind("fi_sendmsg to helper ", 0), 0u) << ra.lost[0].second;
   // Every send so far completes, at least one not ok; one loss report only.
   ASSERT_TRUE(progress_until({{a.get(), &ra}}, [&] { return ra.sent.size() == token - 1; }));
   size_t failed = 0;

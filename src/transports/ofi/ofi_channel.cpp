@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -65,6 +67,9 @@ struct SendCtx : CtxBase {
   SendCtx() : CtxBase{{}, Kind::Send} {}
   uint32_t peer = 0;
   uint64_t token = 0;
+  bool probe = false;  // the channel's own liveness probe: no on_sent
+  bool busy = false;   // posted, completion not yet read
+  std::chrono::steady_clock::time_point posted{};
   uint8_t hdr[kHeaderBytes];
   std::vector<uint8_t> bounce;  // when the iov count exceeds the provider's iov_limit
 };
@@ -99,12 +104,15 @@ struct Fids {
 
 struct Peer {
   std::string name;
-  uint64_t node;
-  fi_addr_t addr;
+  uint64_t node = 0;
+  fi_addr_t addr = FI_ADDR_NOTAVAIL;
   bool lost = false;
   bool lost_reported = false;
   std::string why;
   uint64_t send_seq = 0;  // of the next message to it
+  std::chrono::steady_clock::time_point last_send{};  // of a message (not a probe)
+  bool reached = false;  // a send to it completed: connected once
+  std::chrono::steady_clock::time_point eagain_since{};  // sends refused (FI_EAGAIN) since, or {}
   uint64_t recv_seq = 0;  // of the next message from it to deliver
   // Messages from it that completed before an earlier one (the provider
   // completes a large, rendezvous message after later small ones): by
@@ -133,6 +141,8 @@ class OfiChannel final : public Channel {
   void post_recv(RecvBuf* b);
   void lose(uint32_t peer, const std::string& why);
   void report_lost(ChannelEvents& ev, size_t* events);
+  bool post_send(uint32_t peer, const iovec* iov, int n, size_t total, uint64_t token, bool probe);
+  void probe_peers();
   bool handle_recv(ChannelEvents& ev, RecvBuf* b, size_t len, fi_addr_t src, size_t* events);
   void handle_error(ChannelEvents& ev, size_t* events);
   std::string straddr(const void* addr) const;
@@ -156,6 +166,8 @@ class OfiChannel final : public Channel {
   std::vector<RecvBuf*> repost_;     // receives to post again (the provider said EAGAIN)
   std::deque<uint64_t> failed_;      // send() tokens to a lost peer: on_sent(false) at progress()
   bool any_lost_unreported_ = false;
+  std::chrono::steady_clock::time_point last_probe_{};
+  std::chrono::milliseconds stuck_{3000};  // a send pending this long: the peer is lost
   // Last: destroyed first, before the buffers the endpoint may still hold.
   Fids f_;
   fi_info*& info_ = f_.info;
@@ -247,6 +259,10 @@ OfiChannel::OfiChannel(const Lib& lib, const TransportOptions& opt, uint64_t nod
     check(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
     check(fi_enable(ep_), "fi_enable");
 
+    if (opt.timeout.count() > 0)
+      stuck_ = std::clamp(std::chrono::milliseconds(opt.timeout / 2), kStuckMin, kStuckMax);
+    else
+      stuck_ = kStuckMax;
     max_message_ = std::min<size_t>(kMaxMessage, info_->ep_attr->max_msg_size - kHeaderBytes);
     iov_limit_ = std::max<size_t>(1, info_->tx_attr->iov_limit);
     for (size_t i = 0; i < tx; ++i) {
@@ -339,7 +355,11 @@ uint32_t OfiChannel::add_peer(const std::vector<uint8_t>& a, const std::string& 
                                                 straddr(&a[kAddrHeaderBytes]) + "): fi_av_insert returned " +
                                                 (rc < 0 ? lib_.error(rc) : std::to_string(rc)));
   const auto id = static_cast<uint32_t>(peers_.size());
-  peers_.push_back(Peer{name, node, fa, false, false, {}, 0, 0, {}});
+  Peer np;
+  np.name = name;
+  np.node = node;
+  np.addr = fa;
+  peers_.push_back(std::move(np));
   by_node_[node] = id;
   KINET_LOG(Debug, "%s: peer %u is %s (node %s at %s)", name_.c_str(), id, name.c_str(), hex64(node).c_str(),
             straddr(&a[kAddrHeaderBytes]).c_str());
@@ -377,16 +397,23 @@ bool OfiChannel::send(uint32_t peer, const iovec* iov, int n, uint64_t token) {
     failed_.push_back(token);
     return true;
   }
+  return post_send(peer, iov, n, total, token, false);
+}
+
+bool OfiChannel::post_send(uint32_t peer, const iovec* iov, int n, size_t total, uint64_t token, bool probe) {
+  Peer& p = peers_[peer];
   if (free_send_.empty()) return false;
   SendCtx* c = free_send_.back();
   c->peer = peer;
   c->token = token;
+  c->probe = probe;
   put32(c->hdr, kMsgMagic);
   c->hdr[4] = kWireVersion & 0xff;
   c->hdr[5] = kWireVersion >> 8;
-  c->hdr[6] = c->hdr[7] = 0;
+  c->hdr[6] = probe ? kFlagProbe : 0;
+  c->hdr[7] = 0;
   put64(c->hdr + 8, node_);
-  put64(c->hdr + 16, p.send_seq);
+  put64(c->hdr + 16, probe ? 0 : p.send_seq);
   iovec v[8];
   size_t count;
   if (static_cast<size_t>(n) + 1 <= std::min<size_t>(iov_limit_, 8)) {
@@ -410,15 +437,61 @@ bool OfiChannel::send(uint32_t peer, const iovec* iov, int n, uint64_t token) {
   m.addr = p.addr;
   m.context = &c->fictx;
   const ssize_t rc = fi_sendmsg(ep_, &m, 0);
-  if (rc == -FI_EAGAIN) return false;
+  if (rc == -FI_EAGAIN) {
+    if (p.eagain_since == std::chrono::steady_clock::time_point{}) p.eagain_since = std::chrono::steady_clock::now();
+    return false;
+  }
+  p.eagain_since = {};
   free_send_.pop_back();
-  if (rc == 0) ++p.send_seq;
+  if (rc == 0) {
+    c->busy = true;
+    c->posted = std::chrono::steady_clock::now();
+  }
+  if (rc == 0 && !probe) {
+    ++p.send_seq;
+    p.last_send = std::chrono::steady_clock::now();
+  }
   if (rc != 0) {
     free_send_.push_back(c);
     lose(peer, "fi_sendmsg to " + p.name + " failed: " + lib_.error(static_cast<int>(rc)));
-    failed_.push_back(token);
+    if (!probe) failed_.push_back(token);
   }
   return true;
+}
+
+// A peer that died after its last message is noticed by libfabric's tcp
+// provider only when something is sent to it again (the first write after
+// the peer's exit still succeeds; the next fails). So a peer sent to in the
+// last kProbeWindow gets a small probe every kProbeInterval: a dead one fails
+// it, and the loss is reported without waiting for the engine's timeout.
+//
+// When the connection breaks, tcp;ofi_rxm may instead queue the sends and try
+// to reconnect (refused, again and again, with no error completion) or refuse
+// them with FI_EAGAIN: a send pending, or refused, for stuck_ means the peer
+// is lost too, once it was reached before
+// (a first connection waits for the peer to progress: the engine's timeout).
+void OfiChannel::probe_peers() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_probe_ < kProbeInterval) return;
+  last_probe_ = now;
+  for (const auto& c : send_pool_)
+    if (c->busy && peers_[c->peer].reached && !peers_[c->peer].lost && now - c->posted > stuck_)
+      lose(c->peer, "fi_sendmsg to " + peers_[c->peer].name + " failed: no completion in " +
+                        std::to_string(stuck_.count()) +
+                        " ms (libfabric can't reach it: the process is gone or not progressing)");
+  for (uint32_t i = 0; i < peers_.size(); ++i) {
+    Peer& p = peers_[i];
+    if (p.reached && !p.lost && p.eagain_since != std::chrono::steady_clock::time_point{} &&
+        now - p.eagain_since > stuck_)
+      lose(i, "fi_sendmsg to " + p.name + " refused (FI_EAGAIN) for " + std::to_string(stuck_.count()) +
+                  " ms (libfabric can't reach it: the process is gone or not progressing)");
+  }
+  for (uint32_t i = 0; i < peers_.size(); ++i) {
+    const Peer& p = peers_[i];
+    if (p.lost || p.last_send == std::chrono::steady_clock::time_point{} || now - p.last_send > kProbeWindow) continue;
+    if (free_send_.size() < 2) return;  // real traffic first
+    post_send(i, nullptr, 0, 0, 0, true);
+  }
 }
 
 void OfiChannel::report_lost(ChannelEvents& ev, size_t* events) {
@@ -439,6 +512,10 @@ bool OfiChannel::handle_recv(ChannelEvents& ev, RecvBuf* b, size_t len, fi_addr_
   if (len < kHeaderBytes || get32(d) != kMsgMagic || d[4] != (kWireVersion & 0xff) || d[5] != (kWireVersion >> 8)) {
     ev.on_stranger("an ofi sender (a message of " + std::to_string(len) + " bytes without a kinet header)", d, len);
     return true;
+  }
+  if (d[6] & kFlagProbe) {
+    --*events;
+    return true;  // liveness only
   }
   const uint64_t node = get64(d + 8);
   const uint64_t seq = get64(d + 16);
@@ -500,10 +577,13 @@ void OfiChannel::handle_error(ChannelEvents& ev, size_t* events) {
   }
   if (base_of(e.op_context)->kind == Kind::Send) {
     auto* c = static_cast<SendCtx*>(base_of(e.op_context));
+    c->busy = false;
     free_send_.push_back(c);
     lose(c->peer, "fi_sendmsg to " + peers_[c->peer].name + " failed: " + why);
-    ++*events;
-    ev.on_sent(c->token, false);
+    if (!c->probe) {
+      ++*events;
+      ev.on_sent(c->token, false);
+    }
     report_lost(ev, events);
     return;
   }
@@ -530,6 +610,8 @@ size_t OfiChannel::progress(ChannelEvents& ev) {
     again.swap(repost_);
     for (RecvBuf* b : again) post_recv(b);
   }
+  probe_peers();
+  report_lost(ev, &events);
   constexpr size_t kBatch = 16;
   for (int round = 0; round < 8; ++round) {
     fi_cq_data_entry e[kBatch];
@@ -548,7 +630,10 @@ size_t OfiChannel::progress(ChannelEvents& ev) {
       if (!e[i].op_context) continue;
       if (base_of(e[i].op_context)->kind == Kind::Send) {
         auto* c = static_cast<SendCtx*>(base_of(e[i].op_context));
+        c->busy = false;
         free_send_.push_back(c);
+        peers_[c->peer].reached = true;
+        if (c->probe) continue;
         ++events;
         ev.on_sent(c->token, true);
       } else {
