@@ -6,6 +6,7 @@
 # CUDA (nvcc) is optional: without it the .cu files are skipped and GPU tests report as skipped.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ ccache pkg-config libgtest-dev libibverbs-dev libcli11-dev nlohmann-json3-dev python3)
+pkgs+=(libfabric-dev)  # transport "ofi": headers to build, libfabric.so.1 (dlopen) for its tests
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
