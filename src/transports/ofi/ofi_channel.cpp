@@ -372,6 +372,9 @@ void OfiChannel::lose(uint32_t peer, const std::string& why) {
   p.lost = true;
   p.why = why;
   any_lost_unreported_ = true;
+  // Messages held for a gap that will not close now: their buffers go back.
+  for (auto& [seq, h] : p.held) post_recv(h.first);
+  p.held.clear();
 }
 
 bool OfiChannel::send(uint32_t peer, const iovec* iov, int n, uint64_t token) {
@@ -529,6 +532,10 @@ bool OfiChannel::handle_recv(ChannelEvents& ev, RecvBuf* b, size_t len, fi_addr_
     ev.on_stranger("ofi node " + hex64(node) + " claiming to be " + p.name + " from another address", d + kHeaderBytes,
                    len - kHeaderBytes);
     return true;
+  }
+  if (p.lost) {
+    --*events;
+    return true;  // reported lost: the engine has given up on it
   }
   if (ordered_ && seq != p.recv_seq) {
     // Behind: a repeat; far ahead: not a sender of this protocol. Both dropped.
