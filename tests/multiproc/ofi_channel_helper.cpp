@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     uint64_t next = 0, got = 0;
     size_t in_flight = 0;
     std::map<uint64_t, std::vector<uint8_t>> bufs;
-    const auto end = Clock::now() + std::chrono::seconds(60);
+    const auto end = Clock::now() + std::chrono::seconds(180);
     while (got < n_drive) {
       if (Clock::now() > end) finish(4, "FAIL timeout: " + std::to_string(got) + " of " + std::to_string(n_drive) + " echoes");
       while (next < n_drive && in_flight < 64) {
