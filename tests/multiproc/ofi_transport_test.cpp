@@ -1,0 +1,201 @@
+// Transport over "ofi" (the message engine on the libfabric channel) between
+// processes: every operation byte for byte, more than the depth, crafted
+// out-of-bounds / wrong-access / forged-key / unaligned operations rejected
+// without touching the target's memory, kill -9 of the target, and the same
+// scenario across two network namespaces. Skipped where libfabric can't open.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kinet/transport.hpp"
+#include "ofi_test_util.hpp"
+#include "ofi_transport_scenario.hpp"
+
+namespace {
+using namespace std::chrono_literals;
+using namespace kinet;
+using namespace kinet::test::ofi;
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<Transport> open_ofi(std::chrono::milliseconds timeout, std::string* skip) {
+  try {
+    return Transport::open({.provider = "ofi", .name = "requester", .timeout = timeout});
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::NotSupported) throw;
+    *skip = e.what();
+    return nullptr;
+  }
+}
+
+// A target helper connected to `t`; its keys in `rw` / `ro`.
+struct TargetProc {
+  Child h;
+  PeerId peer = 0;
+  RemoteKey rw, ro;
+  std::string skip;
+  explicit TargetProc(Transport& t) {
+    h = Child::start({KINET_OFI_TRANSPORT_HELPER, "target"});
+    if (h.pid <= 0) return;
+    Completion c[4];
+    auto idle = [&] { t.poll(c, 0); };
+    const std::string a = h.next_line(30s, idle);
+    if (a.rfind("SKIP", 0) == 0) {
+      skip = a;
+      return;
+    }
+    const std::string k1 = h.next_line(30s, idle), k2 = h.next_line(30s, idle);
+    if (a.rfind("ADDR ", 0) || k1.rfind("KEYRW ", 0) || k2.rfind("KEYRO ", 0)) {
+      ADD_FAILURE() << "target said: " << a << " | " << k1 << " | " << k2;
+      return;
+    }
+    h.say("PEER " + to_hex(t.address()));
+    peer = t.connect(from_hex(a.substr(5)), "target");
+    auto b1 = from_hex(k1.substr(6)), b2 = from_hex(k2.substr(6));
+    rw = RemoteKey::deserialize(b1.data(), b1.size());
+    ro = RemoteKey::deserialize(b2.data(), b2.size());
+  }
+};
+
+TEST(OfiTransport, OpensAmongTheProviders) {
+  const auto names = Transport::providers();
+  const auto at = std::find(names.begin(), names.end(), "ofi");
+  ASSERT_NE(at, names.end());
+  EXPECT_LT(at - names.begin(), std::find(names.begin(), names.end(), "tcp") - names.begin()) << "auto order: ucx, ofi, tcp";
+  std::string skip;
+  auto t = open_ofi(5s, &skip);
+  if (!t) GTEST_SKIP() << skip;
+  EXPECT_STREQ(t->provider(), "ofi");
+  EXPECT_EQ(t->describe().rfind("ofi 1.", 0), 0u) << t->describe();
+  EXPECT_NE(t->node(), 0u);
+}
+
+TEST(OfiTransportTwoProcesses, EveryOperationByteForByteAndRejectionsTouchNothing) {
+  std::string skip;
+  auto t = open_ofi(20s, &skip);
+  if (!t) GTEST_SKIP() << skip;
+  TargetProc tp(*t);
+  ASSERT_GT(tp.h.pid, 0);
+  if (!tp.skip.empty()) GTEST_SKIP() << tp.skip;
+  ASSERT_FALSE(HasFailure());
+  Scenario s{*t, tp.peer, tp.rw, tp.ro};
+  EXPECT_EQ(s.go(), "");
+  EXPECT_EQ(t->peer_error(tp.peer), "");
+  tp.h.close_in();
+  EXPECT_EQ(tp.h.next_line(30s), "GUARDS ok RO ok");
+  EXPECT_EQ(tp.h.wait(20s), 0);
+}
+
+// kill -9 of an idle target: the next operation's request fails to send
+// (an error completion, or libfabric refusing / holding it while it tries to
+// reconnect: ofi_channel.hpp), the operation completes TransportRetryExceeded
+// with "peer lost: fi_sendmsg to target <failed: reason | refused ...>" well
+// before the 20 s timeout; later ones are flushed at once.
+TEST(OfiTransportTwoProcesses, KilledTargetFailsTheNextOperation) {
+  std::string skip;
+  auto t = open_ofi(20s, &skip);
+  if (!t) GTEST_SKIP() << skip;
+  TargetProc tp(*t);
+  ASSERT_GT(tp.h.pid, 0);
+  if (!tp.skip.empty()) GTEST_SKIP() << tp.skip;
+  const uint32_t k = t->import_key(tp.peer, tp.rw);
+  Scenario s{*t, tp.peer, tp.rw, tp.ro};
+  uint64_t v = 5;
+  EXPECT_EQ(s.run([&] { return t->put(tp.peer, &v, 8, k, tp.rw.addr, 1); }, 1), Status::Ok);
+  kill(tp.h.pid, SIGKILL);
+  ASSERT_EQ(tp.h.wait(20s), 128 + SIGKILL);
+  const auto t0 = Clock::now();
+  EXPECT_EQ(s.run([&] { return t->put(tp.peer, &v, 8, k, tp.rw.addr, 2); }, 2), Status::TransportRetryExceeded);
+  EXPECT_LT(Clock::now() - t0, 10s) << "noticed only by the 20 s timeout";
+  EXPECT_EQ(t->peer_error(tp.peer).rfind("peer lost: fi_sendmsg to target ", 0), 0u) << t->peer_error(tp.peer);
+  EXPECT_EQ(s.run([&] { return t->get(tp.peer, &v, 8, k, tp.rw.addr, 3); }, 3), Status::WrFlushed);
+  EXPECT_EQ(t->outstanding(), 0u);
+}
+
+// kill -9 of a target that holds a request: the channel's liveness probes
+// (ofi_channel.hpp) fail, so the operation ends TransportRetryExceeded with
+// "peer lost: ..." well before the engine's 20 s timeout.
+TEST(OfiTransportTwoProcesses, TargetKilledWithARequestInFlightIsLost) {
+  std::string skip;
+  auto t = open_ofi(20s, &skip);
+  if (!t) GTEST_SKIP() << skip;
+  TargetProc tp(*t);
+  ASSERT_GT(tp.h.pid, 0);
+  if (!tp.skip.empty()) GTEST_SKIP() << tp.skip;
+  const uint32_t k = t->import_key(tp.peer, tp.rw);
+  Scenario s{*t, tp.peer, tp.rw, tp.ro};
+  uint64_t v = 5;
+  EXPECT_EQ(s.run([&] { return t->put(tp.peer, &v, 8, k, tp.rw.addr, 1); }, 1), Status::Ok);
+  kill(tp.h.pid, SIGSTOP);
+  ASSERT_EQ(t->get(tp.peer, &v, 8, k, tp.rw.addr, 2), Status::Ok);
+  Completion c[4];
+  const auto until = Clock::now() + 300ms;  // the request and some probes leave; the target holds them
+  while (Clock::now() < until) ASSERT_EQ(t->poll(c, 1), 0u);
+  kill(tp.h.pid, SIGKILL);
+  ASSERT_EQ(tp.h.wait(20s), 128 + SIGKILL);
+  const auto t0 = Clock::now();
+  Status st = Status::Pending;
+  while (Clock::now() - t0 < 20s && st == Status::Pending)
+    if (t->poll(c, 1) == 1) st = c[0].status;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  EXPECT_EQ(st, Status::TransportRetryExceeded);
+  EXPECT_LT(ms, 10000) << "noticed only by the engine's timeout";
+  EXPECT_EQ(t->peer_error(tp.peer).rfind("peer lost: fi_sendmsg to target ", 0), 0u) << t->peer_error(tp.peer);
+  std::printf("target killed with a get in flight: \"%s\" after %lld ms\n", t->peer_error(tp.peer).c_str(),
+              static_cast<long long>(ms));
+}
+
+// A stopped target (SIGSTOP: connected, silent) accepts the request and the
+// probes: the engine's timeout ends the operation, naming op and peer.
+TEST(OfiTransportTwoProcesses, StoppedTargetTimesOut) {
+  std::string skip;
+  auto t = open_ofi(5000ms, &skip);  // the first put connects: room for sanitizers
+  if (!t) GTEST_SKIP() << skip;
+  TargetProc tp(*t);
+  ASSERT_GT(tp.h.pid, 0);
+  if (!tp.skip.empty()) GTEST_SKIP() << tp.skip;
+  const uint32_t k = t->import_key(tp.peer, tp.rw);
+  Scenario s{*t, tp.peer, tp.rw, tp.ro};
+  uint64_t v = 5;
+  EXPECT_EQ(s.run([&] { return t->put(tp.peer, &v, 8, k, tp.rw.addr, 1); }, 1), Status::Ok);
+  kill(tp.h.pid, SIGSTOP);
+  const auto t0 = Clock::now();
+  EXPECT_EQ(s.run([&] { return t->get(tp.peer, &v, 8, k, tp.rw.addr, 2); }, 2), Status::TransportRetryExceeded);
+  EXPECT_GE(Clock::now() - t0, 4900ms);
+  EXPECT_EQ(t->peer_error(tp.peer), "timeout after 5000 ms waiting for get to target");
+  kill(tp.h.pid, SIGKILL);
+  EXPECT_EQ(tp.h.wait(20s), 128 + SIGKILL);
+}
+
+}  // namespace
+
+#include "ofi_netns.hpp"
+
+namespace {
+using kinet::test::ofi::OfiTwoNamespaces;
+
+// The requester in one namespace, the target in the other: the whole scenario.
+TEST_F(OfiTwoNamespaces, TransportScenarioAcrossTheVethPair) {
+  Child tg = start(ns_b_, if_b_, KINET_OFI_TRANSPORT_HELPER, {"target"});
+  Child rq = start(ns_a_, if_a_, KINET_OFI_TRANSPORT_HELPER, {"requester"});
+  ASSERT_GT(tg.pid, 0);
+  ASSERT_GT(rq.pid, 0);
+  const std::string ta = tg.next_line(30s), ra = rq.next_line(30s);
+  if (ta.rfind("SKIP", 0) == 0) GTEST_SKIP() << ta;
+  ASSERT_EQ(ta.rfind("ADDR ", 0), 0u) << ta;
+  ASSERT_EQ(ra.rfind("ADDR ", 0), 0u) << ra;
+  const std::string k1 = tg.next_line(30s), k2 = tg.next_line(30s);
+  tg.say("PEER " + ra.substr(5));
+  rq.say("PEER " + ta.substr(5));
+  rq.say(k1);
+  rq.say(k2);
+  EXPECT_EQ(rq.next_line(90s), "OK");
+  EXPECT_EQ(rq.wait(20s), 0);
+  tg.close_in();
+  EXPECT_EQ(tg.next_line(30s), "GUARDS ok RO ok");
+  EXPECT_EQ(tg.wait(20s), 0);
+}
+
+}  // namespace
