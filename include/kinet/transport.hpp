@@ -111,6 +111,10 @@ class Transport {
   // peer's.
   virtual uint32_t import_key(PeerId peer, const RemoteKey& key) = 0;
 
+  // Every operation completes once the target answered it (puts included).
+  // A transfer larger than the backend's largest message travels in pieces;
+  // it completes with the status of its first failing piece (earlier pieces
+  // may have landed).
   // Posting: non-blocking. Ok: the operation is queued and completes later
   // through poll() with `cookie`; NoSpace: too many in flight, poll() and
   // retry; InvalidArgument: a bad peer, key id, local buffer or length, and
@@ -130,7 +134,9 @@ class Transport {
                               uint64_t swap, uint64_t cookie) = 0;
   // Changes the 8-byte word at raddr, only after every earlier put and atomic
   // of this transport to `peer` has been applied there (what a waiter on the
-  // signal may rely on). bytes == 0 in put_signal: a signal with no data.
+  // signal may rely on). bytes == 0 in put_signal: a signal with no data
+  // (key_id and raddr unused). The word needs kRemoteAtomic and 8-byte
+  // alignment; a put_signal whose data failed does not signal.
   virtual Status signal(PeerId peer, uint32_t key_id, uint64_t raddr, SignalOp op, uint64_t value,
                         uint64_t cookie) = 0;
   virtual Status put_signal(PeerId peer, const void* src, uint64_t bytes, uint32_t key_id, uint64_t raddr,

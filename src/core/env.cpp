@@ -55,6 +55,15 @@ constexpr Variable kVariables[] = {
      "peer counts as lost and its operations complete with error CQEs (syndrome 0x15). Parsed as "
      "KINET_TIMEOUT_MS",
      "emu provider", false},
+    {"KINET_TRANSPORT", "auto",
+     "provider of Transport::open() when TransportOptions::provider is empty: ucx, ofi, tcp, shm, loop, or auto "
+     "(the first of ucx, ofi, tcp that is built in and starts here)",
+     "transports", false},
+    {"KINET_TRANSPORT_TIMEOUT_MS", "10000",
+     "transports: bound in ms of each operation's answer when TransportOptions::timeout is 0; past it the peer "
+     "counts as lost (\"timeout after N ms waiting for <op> to <peer>\") and its operations complete with "
+     "TransportRetryExceeded. Parsed as KINET_TIMEOUT_MS",
+     "transports", false},
     {"KINET_TEST_SEED", "random", "seed of the tests' random data; every test binary prints the one it used",
      "tests", true},
     {"KINET_TEST_SCALE", "100", "percent applied to stress-loop sizes (the sanitizer builds set it lower)", "tests",

@@ -221,8 +221,8 @@ bool frame_body_len(const uint8_t* hdr, size_t max_frame, uint32_t* body_len, st
   if (hdr[4] != kVersion)
     return fail(why, "frame header: version " + num(hdr[4]) + " (this side speaks " + num(kVersion) + ")");
   const uint8_t type = hdr[5];
-  if (type < static_cast<uint8_t>(FrameType::Hello) || type > static_cast<uint8_t>(FrameType::Response))
-    return fail(why, "frame header: type " + num(type) + " is unknown (1..3)");
+  if (type < static_cast<uint8_t>(FrameType::Hello) || type > static_cast<uint8_t>(FrameType::Transport))
+    return fail(why, "frame header: type " + num(type) + " is unknown (1..4)");
   if (uint16_t f = ld16(hdr + 6)) return fail(why, "frame header: flags " + hex(f) + " (must be 0)");
   if (uint32_t r = ld32(hdr + 12)) return fail(why, "frame header: reserved word " + hex(r) + " (must be 0)");
   const uint32_t len = ld32(hdr + 8);
@@ -249,6 +249,7 @@ bool decode(const uint8_t* p, size_t n, Frame* out, std::string* why) {
     case FrameType::Hello: return decode_hello(b, len, &out->hello, why);
     case FrameType::Request: return decode_request(b, len, &out->request, why);
     case FrameType::Response: return decode_response(b, len, &out->response, why);
+    case FrameType::Transport: return fail(why, "frame: type 4 is a transport message, not a software-NIC frame");
   }
   return fail(why, "frame header: type unknown");  // unreachable: frame_body_len checked it
 }

@@ -54,7 +54,10 @@ inline constexpr size_t kMaxName = 128;                // Hello name bytes
 inline constexpr uint32_t kMaxFrameCeiling = 1u << 30; // largest Hello max_frame taken as sane
 inline constexpr size_t kHelloFixed = 16, kRequestFixed = 72, kResponseFixed = 32;  // body bytes before the variable part
 
-enum class FrameType : uint8_t { Hello = 1, Request = 2, Response = 3 };
+// Transport: a message of the transports' engine (src/transports) riding a
+// fabric link; the links carry it (frame_body_len accepts it), decode()
+// refuses it: it is never a software-NIC frame.
+enum class FrameType : uint8_t { Hello = 1, Request = 2, Response = 3, Transport = 4 };
 
 // Operation kinds, as they travel (values are the wire's, not the PRM's).
 enum class OpKind : uint8_t { Write = 1, Read = 2, FetchAdd = 3, CompareSwap = 4 };

@@ -3,7 +3,9 @@
 // engine (msg_engine.*) builds the public Transport on top of it: operation
 // encoding, the target's check, ordering of signals after data, timeouts,
 // completions. Backends: ucx/ (UCX active messages), ofi/ (libfabric RDM
-// endpoints), link/ (kinet's TCP and shm fabric links), loop (one process).
+// endpoints), link_channel.* (kinet's TCP and shm fabric links: "tcp",
+// "shm"), loop_channel.* ("loop": one process). A backend's factory is
+// registered in registry.hpp.
 #pragma once
 #include <sys/uio.h>
 
@@ -47,13 +49,19 @@ class Channel {
   virtual size_t max_message() const = 0;
   // This side's address blob (what a peer passes to add_peer).
   virtual std::vector<uint8_t> address() const = 0;
-  // Makes a peer reachable; returns its number (dense from 0). Throws
-  // kinet::Error InvalidArgument for a malformed blob, System when
-  // unreachable; `name` appears in messages.
+  // Makes a peer reachable; returns its number: dense from 0 in call order,
+  // no number taken by a call that throws (the engine's PeerId is this
+  // number). Throws kinet::Error InvalidArgument for a malformed blob, System
+  // when unreachable; `name` appears in messages. May run concurrently with
+  // send() and progress() of the engine's thread.
   virtual uint32_t add_peer(const std::vector<uint8_t>& address, const std::string& name) = 0;
   // Starts sending the concatenation of iov[0..n) to `peer`. false: no room
   // now (progress and retry); nothing was taken. true: on_sent(token) follows
-  // once the buffers may be reused (possibly from inside this call).
+  // from a later progress() once the buffers may be reused. The engine keeps
+  // its own header buffers until on_sent; payload buffers are the user's and
+  // stay valid until the operation completes, which for a lost peer (or one
+  // past the engine's timeout) is at once: a channel that sends without
+  // copying must not read a peer's buffers after reporting it lost.
   virtual bool send(uint32_t peer, const iovec* iov, int n, uint64_t token) = 0;
   // Drives the backend; reports events through `ev`. Never blocks. Returns
   // the number of events reported.

@@ -1,0 +1,454 @@
+// The message engine's requester side, poll() and peer handling; the target
+// side (regions, checks, execution) is msg_target.cpp.
+#include "transports/msg_engine.hpp"
+
+#include <cstring>
+#include <random>
+
+#include "core/log.hpp"
+#include "providers/emu/safe_copy.hpp"
+#include "transports/msg_registry.hpp"
+
+namespace kinet::transport {
+using wire::MsgType;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+constexpr uint32_t kAddrMagic = 0x31454e4b;  // "KNE1"
+}  // namespace
+
+std::vector<uint8_t> engine_address(uint64_t node, const std::vector<uint8_t>& ch) {
+  std::vector<uint8_t> a(12 + ch.size());
+  std::memcpy(a.data(), &kAddrMagic, 4);
+  std::memcpy(a.data() + 4, &node, 8);
+  if (!ch.empty()) std::memcpy(a.data() + 12, ch.data(), ch.size());
+  return a;
+}
+
+void parse_engine_address(const std::vector<uint8_t>& a, const std::string& name, uint64_t* node,
+                          std::vector<uint8_t>* ch) {
+  uint32_t magic = 0;
+  if (a.size() < 12) throw Error(ErrorCode::InvalidArgument, "transport: address of " + name + " is " +
+                                                                 std::to_string(a.size()) + " bytes, too short");
+  std::memcpy(&magic, a.data(), 4);
+  if (magic != kAddrMagic) throw Error(ErrorCode::InvalidArgument, "transport: address of " + name + " has a bad magic");
+  std::memcpy(node, a.data() + 4, 8);
+  if (*node == 0) throw Error(ErrorCode::InvalidArgument, "transport: address of " + name + " has node 0");
+  ch->assign(a.begin() + 12, a.end());
+}
+
+uint64_t random_node_id() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) v = (uint64_t{rd()} << 32) ^ rd();
+  return v;
+}
+
+MsgTransport::MsgTransport(std::unique_ptr<Channel> ch, uint64_t node, MsgOptions opt)
+    : ch_(std::move(ch)), node_(node), opt_(std::move(opt)), reg_(std::make_shared<Registry>()),
+      peers_(new std::unique_ptr<Peer[]>[kMaxChunks]) {
+  const size_t mm = ch_->max_message();
+  if (mm < wire::kRequestBytes + 64 || opt_.depth == 0 || opt_.timeout.count() <= 0)
+    throw Error(ErrorCode::InvalidArgument, "transport: channel " + std::string(ch_->provider()) +
+                                                ": max_message " + std::to_string(mm) +
+                                                " too small, or depth / timeout 0");
+  piece_ = mm - wire::kRequestBytes;
+  ordered_ = ch_->ordered();
+  ops_.resize(opt_.depth);
+  free_.reserve(opt_.depth);
+  for (size_t i = opt_.depth; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
+}
+
+MsgTransport::~MsgTransport() {
+  ch_.reset();  // first: it may still hold buffers of in_channel_
+  std::lock_guard lk(log_mu_);
+  for (auto& [k, n] : rejections_)
+    if (n > 1) KINET_LOG(Info, "transport %016llx: %s: %llu messages rejected in all", (unsigned long long)node_,
+                         k.c_str(), (unsigned long long)n);
+}
+
+std::vector<uint8_t> MsgTransport::address() const { return engine_address(node_, ch_->address()); }
+
+MsgTransport::Peer* MsgTransport::peer_at(PeerId p) const {
+  if (p >= npeers_.load(std::memory_order_acquire)) return nullptr;
+  return &peers_[p / kChunk][p % kChunk];
+}
+
+PeerId MsgTransport::connect(const std::vector<uint8_t>& address, const std::string& name) {
+  uint64_t node = 0;
+  std::vector<uint8_t> cha;
+  parse_engine_address(address, name, &node, &cha);
+  const uint32_t n = npeers_.load(std::memory_order_relaxed);
+  if (n >= kChunk * kMaxChunks)
+    throw Error(ErrorCode::ResourceExhausted, "transport: can't connect " + name + ": " + std::to_string(n) + " peers");
+  if (!peers_[n / kChunk]) peers_[n / kChunk].reset(new Peer[kChunk]);
+  const uint32_t c = ch_->add_peer(cha, name);
+  if (c != n)
+    throw Error(ErrorCode::BadState, "transport: channel " + std::string(ch_->provider()) + " numbered peer " +
+                                         name + " " + std::to_string(c) + ", expected " + std::to_string(n));
+  Peer& p = peers_[n / kChunk][n % kChunk];
+  p.id = n;
+  p.name = name;
+  p.node = node;
+  npeers_.store(n + 1, std::memory_order_release);
+  return n;
+}
+
+uint32_t MsgTransport::import_key(PeerId peer, const RemoteKey& key) {
+  Peer* p = peer_at(peer);
+  if (!p) throw Error(ErrorCode::InvalidArgument, "transport: import_key: no peer " + std::to_string(peer));
+  if (key.provider != RemoteKey::kTransport)
+    throw Error(ErrorCode::InvalidArgument, "transport: import_key: key of provider " + std::to_string(key.provider) +
+                                                " is not a transport key (provider 3), for " + p->name);
+  if (key.node != p->node)
+    throw Error(ErrorCode::InvalidArgument, "transport: import_key: key of node " + std::to_string(key.node) +
+                                                " is not " + p->name + "'s (node " + std::to_string(p->node) + ")");
+  if (key.rkey == 0) throw Error(ErrorCode::InvalidArgument, "transport: import_key: key 0 from " + p->name);
+  std::lock_guard lk(keys_mu_);
+  keys_.push_back({peer, key.rkey});
+  return static_cast<uint32_t>(keys_.size() - 1);
+}
+
+std::string MsgTransport::peer_error(PeerId peer) const {
+  Peer* p = peer_at(peer);
+  if (!p) return "no peer " + std::to_string(peer);
+  std::lock_guard lk(err_mu_);
+  return p->error;
+}
+
+uint64_t MsgTransport::rejected(const std::string& reason) const {
+  std::lock_guard lk(log_mu_);
+  uint64_t n = 0;
+  for (auto& [k, c] : rejections_) {
+    auto at = k.find(": ");
+    if (at != std::string::npos && k.compare(at + 2, reason.size(), reason) == 0) n += c;
+  }
+  return n;
+}
+
+bool MsgTransport::local_gpu(const void* ptr, uint64_t n) const {
+  if (reg_->gpu.load(std::memory_order_relaxed) == 0) return false;
+  auto a = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard lk(reg_->mu);
+  for (auto& [k, e] : reg_->by_key) {
+    auto b = reinterpret_cast<uintptr_t>(e.base);
+    if (e.kind == MemoryKind::Gpu && a >= b && a - b <= e.len && n <= e.len - (a - b)) return true;
+  }
+  return false;
+}
+
+Status MsgTransport::check_post(PeerId peer, uint32_t key_id, Key* k) {
+  if (!peer_at(peer)) return Status::InvalidArgument;
+  std::lock_guard lk(keys_mu_);
+  if (key_id >= keys_.size() || keys_[key_id].peer != peer) return Status::InvalidArgument;
+  *k = keys_[key_id];
+  return Status::Ok;
+}
+
+Status MsgTransport::put(PeerId peer, const void* src, uint64_t bytes, uint32_t key_id, uint64_t raddr,
+                         uint64_t cookie) {
+  Key k;
+  if (Status s = check_post(peer, key_id, &k); s != Status::Ok) return s;
+  if (bytes && !src) return Status::InvalidArgument;
+  return post(MsgType::Put, peer, src, nullptr, nullptr, bytes, k, raddr, {}, 0, 0, 0, 0, cookie);
+}
+
+Status MsgTransport::get(PeerId peer, void* dst, uint64_t bytes, uint32_t key_id, uint64_t raddr, uint64_t cookie) {
+  Key k;
+  if (Status s = check_post(peer, key_id, &k); s != Status::Ok) return s;
+  if (bytes && !dst) return Status::InvalidArgument;
+  return post(MsgType::Get, peer, nullptr, dst, nullptr, bytes, k, raddr, {}, 0, 0, 0, 0, cookie);
+}
+
+Status MsgTransport::fetch_add(PeerId peer, uint64_t* result, uint32_t key_id, uint64_t raddr, uint64_t add,
+                               uint64_t cookie) {
+  Key k;
+  if (Status s = check_post(peer, key_id, &k); s != Status::Ok) return s;
+  if (!result) return Status::InvalidArgument;
+  return post(MsgType::FetchAdd, peer, nullptr, nullptr, result, 8, k, raddr, {}, 0, 0, add, 0, cookie);
+}
+
+Status MsgTransport::compare_swap(PeerId peer, uint64_t* result, uint32_t key_id, uint64_t raddr, uint64_t compare,
+                                  uint64_t swap, uint64_t cookie) {
+  Key k;
+  if (Status s = check_post(peer, key_id, &k); s != Status::Ok) return s;
+  if (!result) return Status::InvalidArgument;
+  return post(MsgType::CompareSwap, peer, nullptr, nullptr, result, 8, k, raddr, {}, 0, 0, swap, compare, cookie);
+}
+
+Status MsgTransport::signal(PeerId peer, uint32_t key_id, uint64_t raddr, SignalOp op, uint64_t value,
+                            uint64_t cookie) {
+  Key k;
+  if (Status s = check_post(peer, key_id, &k); s != Status::Ok) return s;
+  if (op != SignalOp::Add && op != SignalOp::Set) return Status::InvalidArgument;
+  return post(MsgType::Signal, peer, nullptr, nullptr, nullptr, 8, k, raddr, {}, 0, static_cast<uint8_t>(op), value,
+              0, cookie);
+}
+
+Status MsgTransport::put_signal(PeerId peer, const void* src, uint64_t bytes, uint32_t key_id, uint64_t raddr,
+                                uint32_t sig_key_id, uint64_t sig_raddr, SignalOp op, uint64_t value,
+                                uint64_t cookie) {
+  Key k, sk;
+  if (Status s = check_post(peer, sig_key_id, &sk); s != Status::Ok) return s;
+  if (op != SignalOp::Add && op != SignalOp::Set) return Status::InvalidArgument;
+  if (bytes == 0)
+    return post(MsgType::Signal, peer, nullptr, nullptr, nullptr, 8, sk, sig_raddr, {}, 0, static_cast<uint8_t>(op),
+                value, 0, cookie);
+  if (Status s = check_post(peer, key_id, &k); s != Status::Ok) return s;
+  if (!src) return Status::InvalidArgument;
+  return post(MsgType::PutSignal, peer, src, nullptr, nullptr, bytes, k, raddr, sk, sig_raddr,
+              static_cast<uint8_t>(op), value, 0, cookie);
+}
+
+Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, uint64_t* result, uint64_t bytes, Key k,
+                          uint64_t raddr, Key sk, uint64_t sig_raddr, uint8_t sig_op, uint64_t operand,
+                          uint64_t compare, uint64_t cookie) {
+  if (outstanding_ >= opt_.depth || free_.empty()) return Status::NoSpace;
+  const bool data = t == MsgType::Put || t == MsgType::PutSignal || t == MsgType::Get;
+  uint64_t npieces = data && bytes > piece_ ? (bytes + piece_ - 1) / piece_ : 1;
+  if (npieces >= kNone) return Status::InvalidArgument;
+  if (data && raddr + bytes < raddr) {
+    // A wrapping remote range can't be split; one message lets the target reject it.
+    npieces = 1;
+    if (bytes > piece_) return Status::InvalidArgument;
+  }
+  std::vector<uint8_t> staged;
+  if (src && bytes && local_gpu(src, bytes)) {
+    staged.resize(bytes);
+    if (emu::safe_copy(staged.data(), MemoryKind::Host, src, MemoryKind::Gpu, bytes)) return Status::InvalidArgument;
+  }
+  Peer& p = *peer_at(peer);
+  const uint32_t place = free_.back();
+  free_.pop_back();
+  ++outstanding_;
+  Op& op = ops_[place];
+  op.busy = true;
+  op.type = t;
+  op.peer = peer;
+  op.cookie = cookie;
+  op.dst = static_cast<uint8_t*>(dst);
+  op.dst_kind = dst && bytes && local_gpu(dst, bytes) ? MemoryKind::Gpu : MemoryKind::Host;
+  op.result = result;
+  op.pieces_left = static_cast<uint32_t>(npieces);
+  op.fail_piece = kNone;
+  op.status = Status::Ok;
+  op.piece_bytes = piece_;
+  op.bytes = bytes;
+  op.last.reset();
+  if (p.lost) {
+    op.status = Status::WrFlushed;
+    complete(place);
+    return Status::Ok;
+  }
+  const uint8_t* s = staged.empty() ? static_cast<const uint8_t*>(src) : staged.data();
+  for (uint64_t i = 0; i < npieces; ++i) {
+    const uint64_t off = i * piece_;
+    const uint64_t len = data ? std::min<uint64_t>(piece_, bytes - off) : 8;
+    auto o = std::make_unique<Out>();
+    wire::Request r;
+    const bool last = i + 1 == npieces;
+    r.type = t == MsgType::PutSignal && !last ? MsgType::Put : t;
+    r.node = node_;
+    r.op_id = next_id_++;
+    r.key = k.rkey;
+    r.raddr = raddr + off;
+    r.length = len;
+    r.operand = operand;
+    r.compare = compare;
+    if (r.type == MsgType::PutSignal || r.type == MsgType::Signal) r.sig_op = sig_op;
+    if (r.type == MsgType::PutSignal) r.sig_key = sk.rkey, r.sig_raddr = sig_raddr;
+    if (r.type == MsgType::Put && t == MsgType::PutSignal) r.operand = 0;
+    if (r.type == MsgType::Put || r.type == MsgType::PutSignal) {
+      if (!staged.empty()) {
+        o->owned.assign(s + off, s + off + len);
+        o->payload = o->owned.data();
+      } else {
+        o->payload = s + off;
+      }
+      o->len = len;
+    }
+    pieces_.emplace(r.op_id, std::make_pair(place, static_cast<uint32_t>(i)));
+    // Sequence numbers are assigned when the message is queued: queue order is send order.
+    if (t == MsgType::PutSignal && last && npieces > 1) {
+      o->hdr_len = wire::kRequestBytes;
+      wire::encode_header(r, o->hdr);  // seq patched when released
+      op.last = std::move(o);
+    } else {
+      r.seq = ++p.tx_seq;
+      wire::encode_header(r, o->hdr);
+      o->hdr_len = wire::kRequestBytes;
+      enqueue(p, std::move(o));
+    }
+  }
+  deadlines_.push_back({Clock::now() + opt_.timeout, place, op.gen});
+  flush(p);
+  return Status::Ok;
+}
+
+void MsgTransport::enqueue(Peer& p, std::unique_ptr<Out> o) {
+  if (o->is_answer) ++p.answers_queued;
+  p.q.push_back(std::move(o));
+  if (!p.pending) {
+    p.pending = true;
+    pending_.push_back(p.id);
+  }
+}
+
+void MsgTransport::flush(Peer& p) {
+  while (!p.q.empty() && !p.lost) {
+    Out* o = p.q.front().get();
+    iovec iov[2] = {{o->hdr, o->hdr_len}, {const_cast<uint8_t*>(o->payload), o->len}};
+    const uint64_t token = next_id_++;
+    auto [it, fresh] = in_channel_.emplace(token, std::move(p.q.front()));
+    (void)fresh;
+    if (!ch_->send(p.id, iov, o->len ? 2 : 1, token)) {
+      p.q.front() = std::move(it->second);
+      in_channel_.erase(it);
+      return;
+    }
+    if (o->is_answer) --p.answers_queued;
+    p.q.pop_front();
+  }
+}
+
+void MsgTransport::on_sent(uint64_t token, bool) { in_channel_.erase(token); }
+
+void MsgTransport::on_peer_lost(uint32_t peer, const std::string& why) {
+  if (Peer* p = peer_at(peer)) fail_peer(*p, Status::TransportRetryExceeded, "peer lost: " + why);
+}
+
+void MsgTransport::complete(uint32_t place) {
+  Op& op = ops_[place];
+  ready_.push_back({op.cookie, op.peer, op.status});
+  op.busy = false;
+  op.last.reset();
+  ++op.gen;
+  free_.push_back(place);
+}
+
+void MsgTransport::fail_peer(Peer& p, Status st, const std::string& why) {
+  if (p.lost) return;
+  p.lost = true;
+  {
+    std::lock_guard lk(err_mu_);
+    p.error = why;
+  }
+  KINET_LOG(Warn, "transport %s: %s: %s", opt_.name.c_str(), p.name.c_str(), why.c_str());
+  for (auto it = pieces_.begin(); it != pieces_.end();)
+    it = ops_[it->second.first].peer == p.id ? pieces_.erase(it) : std::next(it);
+  for (uint32_t i = 0; i < ops_.size(); ++i)
+    if (ops_[i].busy && ops_[i].peer == p.id) {
+      ops_[i].status = st;
+      complete(i);
+    }
+  p.q.clear();
+  p.answers_queued = 0;
+  p.held.clear();
+}
+
+void MsgTransport::finish_piece(uint32_t place, uint32_t piece, Status st) {
+  Op& op = ops_[place];
+  if (st != Status::Ok && piece < op.fail_piece) op.fail_piece = piece, op.status = st;
+  if (--op.pieces_left == 0) return complete(place);
+  if (op.pieces_left == 1 && op.last) {
+    Peer& p = *peer_at(op.peer);
+    if (op.status != Status::Ok) {
+      // A data piece failed: the signal must not claim data that is not there.
+      for (auto it = pieces_.begin(); it != pieces_.end(); ++it)
+        if (it->second.first == place) {
+          pieces_.erase(it);
+          break;
+        }
+      return complete(place);
+    }
+    // Release the signalling piece with the next sequence number (bytes 16..23).
+    const uint64_t seq = ++p.tx_seq;
+    for (int b = 0; b < 8; ++b) op.last->hdr[16 + b] = static_cast<uint8_t>(seq >> (8 * b));
+    enqueue(p, std::move(op.last));
+    flush(p);
+  }
+}
+
+void MsgTransport::check_deadlines() {
+  while (!deadlines_.empty()) {
+    const Deadline& d = deadlines_.front();
+    const Op& op = ops_[d.place];
+    if (!op.busy || op.gen != d.gen) {
+      deadlines_.pop_front();
+      continue;
+    }
+    if (Clock::now() < d.at) return;
+    Peer& p = *peer_at(op.peer);
+    const std::string why = "timeout after " + std::to_string(opt_.timeout.count()) + " ms waiting for " +
+                            wire::type_name(op.type) + " to " + p.name;
+    deadlines_.pop_front();
+    fail_peer(p, Status::TransportRetryExceeded, why);
+  }
+}
+
+size_t MsgTransport::poll(Completion* out, size_t max) {
+  for (int round = 0; round < 4 && ch_->progress(*this) > 0; ++round) {
+  }
+  if (!pending_.empty()) {
+    std::vector<uint32_t> again;
+    for (uint32_t id : pending_) {
+      Peer& p = *peer_at(id);
+      flush(p);
+      if (!p.q.empty()) again.push_back(id);
+      else p.pending = false;
+    }
+    pending_.swap(again);
+  }
+  check_deadlines();
+  size_t n = 0;
+  while (n < max && !ready_.empty()) {
+    out[n++] = ready_.front();
+    ready_.pop_front();
+    --outstanding_;
+  }
+  return n;
+}
+
+void MsgTransport::on_stranger(std::string_view who, const uint8_t*, size_t bytes) {
+  reject(std::string(who), "stranger", std::to_string(bytes) + "-byte message from a sender never connected");
+}
+
+void MsgTransport::on_message(uint32_t peer, const uint8_t* data, size_t bytes) {
+  Peer* p = peer_at(peer);
+  if (!p) return reject("channel peer " + std::to_string(peer), "stranger", "not a connected peer");
+  if (p->lost) return;  // given up on: nothing it says counts any more
+  MsgType t;
+  if (wire::peek_type(data, bytes, &t) && t == MsgType::Answer) return handle_answer(*p, data, bytes);
+  handle_request(*p, data, bytes);
+}
+
+void MsgTransport::handle_answer(Peer& p, const uint8_t* data, size_t bytes) {
+  wire::Answer a;
+  if (std::string e = wire::decode(data, bytes, &a); !e.empty()) return reject(p.name, "malformed answer", e);
+  if (a.node != p.node) return reject(p.name, "wrong node", "answer from node " + std::to_string(a.node));
+  auto it = pieces_.find(a.op_id);
+  if (it == pieces_.end() || ops_[it->second.first].peer != p.id)
+    return reject(p.name, "unknown op id", "answer to op id " + std::to_string(a.op_id));
+  const auto [place, piece] = it->second;
+  pieces_.erase(it);
+  Op& op = ops_[place];
+  Status st = a.status;
+  if (st == Status::Ok) {
+    if (op.type == MsgType::Get) {
+      const uint64_t off = uint64_t{piece} * op.piece_bytes;
+      // The piece's length is what was asked: a different answer is a bad response.
+      if (a.length != std::min(op.piece_bytes, op.bytes - off))
+        st = Status::BadResponse;
+      else if (a.length && emu::safe_copy(op.dst + off, op.dst_kind, a.payload, MemoryKind::Host, a.length))
+        st = Status::LocalAccess;
+    } else if (op.type == MsgType::FetchAdd || op.type == MsgType::CompareSwap) {
+      if (a.length != 0) st = Status::BadResponse;
+      else *op.result = a.old_value;
+    } else if (a.length != 0 || a.old_value != 0) {
+      st = Status::BadResponse;
+    }
+  }
+  finish_piece(place, piece, st);
+}
+
+}  // namespace kinet::transport

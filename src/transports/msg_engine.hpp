@@ -1,0 +1,166 @@
+// kinet transports — the message engine: kinet::Transport over any Channel.
+//
+// Requester: every posted operation takes one of `depth` places (NoSpace when
+// all are taken) and travels as one or more request messages (msg_wire.hpp);
+// a transfer larger than the channel's max_message() minus the header goes
+// as pieces, and the operation completes once every piece is answered, with
+// the status of the first (lowest-addressed) failing piece. Each operation has
+// a deadline (options.timeout after posting): past it the peer is lost
+// ("timeout after N ms waiting for <op> to <peer>"), every operation in flight
+// to it completes TransportRetryExceeded, later ones WrFlushed at once. A
+// channel's on_peer_lost does the same with "peer lost: <why>".
+// Ordering: requests to one peer carry sequence numbers 1, 2, ...; the target
+// executes them in that order (held back and reordered when the channel is
+// not ordered()), so a signal is applied after every earlier operation of
+// this requester to that target.
+//
+// Target: a region registry (keys: random non-zero 32 bits, unique in the
+// process for its lifetime). Every request is checked before memory is
+// touched, in this order, each failure answered and logged once per (peer,
+// reason) with a count:
+//   sender connected (else dropped: no one to answer), message well formed,
+//   sequence number the next one                 -> RemoteInvalidRequest
+//   key registered here, [raddr, raddr + length) inside it (no wrap), access:
+//   put / put_signal data kRemoteWrite, get kRemoteRead, fetch_add /
+//   compare_swap / signals kRemoteAtomic          -> RemoteAccess
+//   atomics and signal words 8-byte aligned      -> RemoteInvalidRequest
+// A fault while copying is RemoteAccess (RemoteOperation for GPU memory).
+// Answers are applied only when they name an operation in flight to the
+// peer they came from; anything else is dropped and logged.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kinet/transport.hpp"
+#include "transports/channel.hpp"
+#include "transports/msg_wire.hpp"
+
+namespace kinet::transport {
+
+struct MsgOptions {
+  std::string name;                              // this side's name in messages
+  std::chrono::milliseconds timeout{10000};      // per operation (> 0)
+  size_t depth = 1024;                           // operations posted and not yet returned by poll()
+  size_t max_held = 4096;                        // !ordered(): messages held per peer for reordering
+  size_t max_backlog = 65536;                    // answers queued to one peer before it counts as lost
+};
+
+// Transport::address() of the engine: "KNE1", u64 node (little-endian), then
+// the channel's own address. Parse throws InvalidArgument naming `name`.
+std::vector<uint8_t> engine_address(uint64_t node, const std::vector<uint8_t>& channel_address);
+void parse_engine_address(const std::vector<uint8_t>& a, const std::string& name, uint64_t* node,
+                          std::vector<uint8_t>* channel_address);
+uint64_t random_node_id();  // non-zero
+
+struct Registry;  // msg_target.cpp
+
+class MsgTransport final : public Transport, private ChannelEvents {
+ public:
+  MsgTransport(std::unique_ptr<Channel> ch, uint64_t node, MsgOptions opt);
+  ~MsgTransport() override;
+
+  const char* provider() const override { return ch_->provider(); }
+  std::string describe() const override { return ch_->describe(); }
+  uint64_t node() const override { return node_; }
+  std::vector<uint8_t> address() const override;
+  PeerId connect(const std::vector<uint8_t>& address, const std::string& name) override;
+  std::unique_ptr<TransportRegion> register_memory(void* addr, size_t bytes, uint32_t access,
+                                                   MemoryKind kind = MemoryKind::Host) override;
+  uint32_t import_key(PeerId peer, const RemoteKey& key) override;
+  Status put(PeerId peer, const void* src, uint64_t bytes, uint32_t key_id, uint64_t raddr, uint64_t cookie) override;
+  Status get(PeerId peer, void* dst, uint64_t bytes, uint32_t key_id, uint64_t raddr, uint64_t cookie) override;
+  Status fetch_add(PeerId peer, uint64_t* result, uint32_t key_id, uint64_t raddr, uint64_t add,
+                   uint64_t cookie) override;
+  Status compare_swap(PeerId peer, uint64_t* result, uint32_t key_id, uint64_t raddr, uint64_t compare, uint64_t swap,
+                      uint64_t cookie) override;
+  Status signal(PeerId peer, uint32_t key_id, uint64_t raddr, SignalOp op, uint64_t value, uint64_t cookie) override;
+  Status put_signal(PeerId peer, const void* src, uint64_t bytes, uint32_t key_id, uint64_t raddr, uint32_t sig_key_id,
+                    uint64_t sig_raddr, SignalOp op, uint64_t value, uint64_t cookie) override;
+  size_t poll(Completion* out, size_t max) override;
+  size_t outstanding() const override { return outstanding_; }
+  std::string peer_error(PeerId peer) const override;
+
+  // For tests and diagnostics: how many messages were rejected or dropped
+  // with a reason starting with `reason` ("unknown key", "out of bounds",
+  // "no access", "unaligned", "malformed", "stranger", "sequence",
+  // "unknown op", "wrong node"), all peers together.
+  uint64_t rejected(const std::string& reason) const;
+  Channel& channel() { return *ch_; }
+  size_t payload_limit() const { return piece_; }  // largest put / get piece
+
+ private:
+  struct Op;
+  struct Out;
+  struct Peer;
+  struct Key {
+    PeerId peer;
+    uint32_t rkey;
+  };
+
+  // ChannelEvents
+  void on_message(uint32_t peer, const uint8_t* data, size_t bytes) override;
+  void on_stranger(std::string_view who, const uint8_t* data, size_t bytes) override;
+  void on_sent(uint64_t token, bool ok) override;
+  void on_peer_lost(uint32_t peer, const std::string& why) override;
+
+  Peer* peer_at(PeerId p) const;
+  Status check_post(PeerId peer, uint32_t key_id, Key* k);
+  Status post(wire::MsgType t, PeerId peer, const void* src, void* dst, uint64_t* result, uint64_t bytes, Key k,
+              uint64_t raddr, Key sk, uint64_t sig_raddr, uint8_t sig_op, uint64_t operand, uint64_t compare,
+              uint64_t cookie);
+  void enqueue(Peer& p, std::unique_ptr<Out> o);
+  void flush(Peer& p);
+  void finish_piece(uint32_t place, uint32_t piece, Status st);
+  void complete(uint32_t slot);
+  void fail_peer(Peer& p, Status st, const std::string& why);
+  void check_deadlines();
+  void handle_request(Peer& p, const uint8_t* data, size_t bytes);
+  void execute(Peer& p, const wire::Request& r);
+  void handle_answer(Peer& p, const uint8_t* data, size_t bytes);
+  void answer(Peer& p, const wire::Request& r, Status st, uint64_t old, std::vector<uint8_t> data);
+  void reject(const std::string& peer, const std::string& reason, const std::string& detail);
+  bool local_gpu(const void* p, uint64_t n) const;
+
+  std::unique_ptr<Channel> ch_;
+  uint64_t node_;
+  MsgOptions opt_;
+  size_t piece_;  // payload bytes per message
+  bool ordered_;
+  std::shared_ptr<Registry> reg_;
+
+  // Peers: chunked storage so connect() can grow it while poll() reads.
+  static constexpr size_t kChunk = 256, kMaxChunks = 256;
+  std::unique_ptr<std::unique_ptr<Peer[]>[]> peers_;
+  std::atomic<uint32_t> npeers_{0};
+  mutable std::mutex err_mu_;  // Peer::error
+
+  mutable std::mutex keys_mu_;
+  std::vector<Key> keys_;
+
+  std::vector<Op> ops_;            // `depth` places
+  std::vector<uint32_t> free_;     // free places
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> pieces_;  // wire op id -> (place, piece)
+  std::unordered_map<uint64_t, std::unique_ptr<Out>> in_channel_;       // token -> message the channel holds
+  std::deque<Completion> ready_;
+  struct Deadline {
+    std::chrono::steady_clock::time_point at;
+    uint32_t place, gen;
+  };
+  std::deque<Deadline> deadlines_;  // in posting order: the front expires first
+  std::vector<uint32_t> pending_;   // peers with queued messages
+  size_t outstanding_ = 0;
+  uint64_t next_id_ = 1;
+
+  mutable std::mutex log_mu_;
+  std::map<std::string, uint64_t> rejections_;  // "<peer>: <reason>" -> count
+};
+
+}  // namespace kinet::transport

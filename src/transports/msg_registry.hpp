@@ -1,0 +1,78 @@
+// kinet transports — the message engine's private types: the registry of
+// local regions (shared by the engine and its regions, which may outlive it)
+// and the engine's operation, message and peer records.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "kinet/kinet.hpp"
+#include "transports/msg_engine.hpp"
+
+namespace kinet::transport {
+
+struct Registry {
+  // Held while an operation checks and accesses a region: a deregistration
+  // (which takes it to erase the key) waits for the access in progress.
+  std::mutex mu;
+  struct Entry {
+    uint8_t* base;
+    uint64_t len;
+    uint32_t access;
+    MemoryKind kind;
+  };
+  std::unordered_map<uint32_t, Entry> by_key;
+  std::atomic<int> gpu{0};  // regions of kind Gpu (local buffers are looked up only when > 0)
+};
+
+// A fresh key: random, non-zero, never handed out before in this process.
+uint32_t unique_key();
+
+inline constexpr uint32_t kNone = UINT32_MAX;
+
+struct MsgTransport::Op {
+  uint32_t gen = 0;
+  bool busy = false;
+  wire::MsgType type = wire::MsgType::Put;
+  PeerId peer = 0;
+  uint64_t cookie = 0;
+  uint8_t* dst = nullptr;  // get
+  MemoryKind dst_kind = MemoryKind::Host;
+  uint64_t* result = nullptr;  // atomics
+  uint32_t pieces_left = 0;
+  uint32_t fail_piece = kNone;
+  Status status = Status::Ok;
+  uint64_t piece_bytes = 0;
+  uint64_t bytes = 0;
+  std::unique_ptr<Out> last;  // split put_signal: the signalling piece, sent once the data pieces are answered Ok
+};
+
+struct MsgTransport::Out {
+  uint8_t hdr[wire::kRequestBytes];
+  size_t hdr_len = 0;
+  const uint8_t* payload = nullptr;
+  size_t len = 0;
+  std::vector<uint8_t> owned;  // staged GPU data, answer data
+  bool is_answer = false;
+};
+
+struct MsgTransport::Peer {
+  PeerId id = 0;
+  std::string name;
+  uint64_t node = 0;
+  uint64_t tx_seq = 0, rx_next = 1;
+  bool lost = false;    // poll thread's view
+  std::string error;    // under err_mu_
+  std::deque<std::unique_ptr<Out>> q;
+  size_t answers_queued = 0;
+  bool pending = false;
+  std::map<uint64_t, std::vector<uint8_t>> held;  // !ordered(): early requests by sequence number
+};
+
+
+}  // namespace kinet::transport

@@ -1,0 +1,271 @@
+// The message engine's target side: the region registry, the check of every
+// incoming request, its execution and the answer (msg_engine.hpp).
+#include <cstring>
+#include <random>
+#include <unordered_set>
+
+#include "core/cuda_shim.hpp"
+#include "core/log.hpp"
+#include "providers/emu/safe_copy.hpp"
+#include "transports/msg_engine.hpp"
+#include "transports/msg_registry.hpp"
+
+namespace kinet::transport {
+using wire::MsgType;
+
+uint32_t unique_key() {
+  static std::mutex mu;
+  static std::unordered_set<uint32_t>* used = new std::unordered_set<uint32_t>;  // process lifetime
+  static std::mt19937 rng{std::random_device{}()};
+  std::lock_guard lk(mu);
+  for (;;) {
+    const uint32_t k = static_cast<uint32_t>(rng());
+    if (k != 0 && used->insert(k).second) return k;
+  }
+}
+
+namespace {
+class MsgRegion final : public TransportRegion {
+ public:
+  MsgRegion(std::shared_ptr<Registry> reg, Registry::Entry e, uint32_t key, uint64_t node)
+      : reg_(std::move(reg)), e_(e), key_(key), node_(node) {}
+  ~MsgRegion() override {
+    std::lock_guard lk(reg_->mu);  // waits for an operation executing on any region
+    reg_->by_key.erase(key_);
+    if (e_.kind == MemoryKind::Gpu) reg_->gpu.fetch_sub(1);
+  }
+  void* addr() const override { return e_.base; }
+  size_t length() const override { return e_.len; }
+  uint32_t access() const override { return e_.access; }
+  MemoryKind kind() const override { return e_.kind; }
+  RemoteKey remote_key() const override {
+    RemoteKey k;
+    k.provider = RemoteKey::kTransport;
+    k.node = node_;
+    k.addr = reinterpret_cast<uint64_t>(e_.base);
+    k.length = e_.len;
+    k.rkey = key_;
+    k.access = e_.access;
+    return k;
+  }
+
+ private:
+  std::shared_ptr<Registry> reg_;
+  Registry::Entry e_;
+  uint32_t key_;
+  uint64_t node_;
+};
+
+uint32_t needed_access(MsgType t) {
+  switch (t) {
+    case MsgType::Put:
+    case MsgType::PutSignal: return kRemoteWrite;
+    case MsgType::Get: return kRemoteRead;
+    default: return kRemoteAtomic;
+  }
+}
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+}  // namespace
+
+std::unique_ptr<TransportRegion> MsgTransport::register_memory(void* addr, size_t bytes, uint32_t access,
+                                                               MemoryKind kind) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  if (!addr || bytes == 0 || a + bytes < a)
+    throw Error(ErrorCode::InvalidArgument, "transport: register_memory: null, empty or wrapping range " +
+                                                hex(a) + " + " + std::to_string(bytes));
+  if (access & ~uint32_t{kAccessAll})
+    throw Error(ErrorCode::InvalidArgument, "transport: register_memory: access " + hex(access) +
+                                                " has bits beyond kAccessAll");
+  if (kind != MemoryKind::Host && kind != MemoryKind::Gpu)
+    throw Error(ErrorCode::InvalidArgument, "transport: register_memory: unknown memory kind");
+  if (kind == MemoryKind::Gpu && !cuda::available())
+    throw Error(ErrorCode::NotSupported, "transport: register_memory: GPU memory at " + hex(a) +
+                                             " but CUDA is not available in this process");
+  Registry::Entry e{static_cast<uint8_t*>(addr), bytes, access, kind};
+  const uint32_t key = unique_key();
+  {
+    std::lock_guard lk(reg_->mu);
+    reg_->by_key.emplace(key, e);
+    if (kind == MemoryKind::Gpu) reg_->gpu.fetch_add(1);
+  }
+  return std::make_unique<MsgRegion>(reg_, e, key, node_);
+}
+
+void MsgTransport::reject(const std::string& peer, const std::string& reason, const std::string& detail) {
+  uint64_t n;
+  {
+    std::lock_guard lk(log_mu_);
+    n = ++rejections_[peer + ": " + reason];
+  }
+  if (n == 1)
+    KINET_LOG(Warn, "transport %s: rejected a message from %s: %s: %s (logged once per peer and reason)",
+              opt_.name.c_str(), peer.c_str(), reason.c_str(), detail.c_str());
+  else if (n == 1000 || n == 1000000)
+    KINET_LOG(Warn, "transport %s: %llu messages from %s rejected so far: %s", opt_.name.c_str(),
+              static_cast<unsigned long long>(n), peer.c_str(), reason.c_str());
+}
+
+void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes) {
+  wire::Request r;
+  if (std::string e = wire::decode(data, bytes, &r); !e.empty()) {
+    // A request whose op id can be read is answered, so its requester is not left waiting.
+    reject(p.name, "malformed", e);
+    if (bytes >= 32) {
+      wire::Request q;
+      std::memcpy(&q.seq, data + 16, 8);   // little-endian hosts only (kinet's targets)
+      std::memcpy(&q.op_id, data + 24, 8);
+      if (q.op_id) answer(p, q, Status::RemoteInvalidRequest, 0, {});
+    }
+    return;
+  }
+  if (r.node != p.node) {
+    reject(p.name, "wrong node", "request claims node " + hex(r.node) + ", the peer is " + hex(p.node));
+    return answer(p, r, Status::RemoteInvalidRequest, 0, {});
+  }
+  if (r.seq == p.rx_next) {
+    ++p.rx_next;
+    execute(p, r);
+    // Requests that arrived early run now, in order.
+    while (!p.held.empty() && p.held.begin()->first == p.rx_next && !p.lost) {
+      std::vector<uint8_t> m = std::move(p.held.begin()->second);
+      p.held.erase(p.held.begin());
+      wire::Request h;
+      if (wire::decode(m.data(), m.size(), &h).empty()) {
+        ++p.rx_next;
+        execute(p, h);
+      }
+    }
+    return;
+  }
+  if (r.seq > p.rx_next && !ordered_ && p.held.size() < opt_.max_held && !p.held.count(r.seq)) {
+    p.held.emplace(r.seq, std::vector<uint8_t>(data, data + bytes));
+    return;
+  }
+  reject(p.name, "sequence", "request " + std::to_string(r.seq) + " while expecting " + std::to_string(p.rx_next));
+  answer(p, r, Status::RemoteInvalidRequest, 0, {});
+}
+
+void MsgTransport::execute(Peer& p, const wire::Request& r) {
+  const char* tn = wire::type_name(r.type);
+  const bool atomic_word = r.type != MsgType::Put && r.type != MsgType::Get && r.type != MsgType::PutSignal;
+  std::unique_lock lk(reg_->mu);
+  // Every check of both ranges (data and, for put_signal, the signal word) before any byte moves.
+  auto check = [&](uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word,
+                   Registry::Entry* out) -> Status {
+    auto it = reg_->by_key.find(key);
+    if (it == reg_->by_key.end()) {
+      reject(p.name, "unknown key", std::string(tn) + " with key " + hex(key) + " (never issued or deregistered)");
+      return Status::RemoteAccess;
+    }
+    const Registry::Entry& e = it->second;
+    const uint64_t b = reinterpret_cast<uint64_t>(e.base);
+    if (raddr < b || raddr - b > e.len || len > e.len - (raddr - b)) {
+      reject(p.name, "out of bounds", std::string(tn) + " of [" + hex(raddr) + ", +" + std::to_string(len) +
+                                          ") outside key " + hex(key) + "'s [" + hex(b) + ", +" +
+                                          std::to_string(e.len) + ")");
+      return Status::RemoteAccess;
+    }
+    if ((e.access & need) != need) {
+      reject(p.name, "no access", std::string(tn) + " needs access " + hex(need) + ", key " + hex(key) + " has " +
+                                      hex(e.access));
+      return Status::RemoteAccess;
+    }
+    if (word && raddr % 8 != 0) {
+      reject(p.name, "unaligned", std::string(tn) + " at " + hex(raddr) + " is not 8-byte aligned");
+      return Status::RemoteInvalidRequest;
+    }
+    *out = e;
+    return Status::Ok;
+  };
+  Registry::Entry d{}, s{};
+  Status st = check(r.key, r.raddr, r.length, needed_access(r.type), atomic_word, &d);
+  if (st == Status::Ok && r.type == MsgType::PutSignal) st = check(r.sig_key, r.sig_raddr, 8, kRemoteAtomic, true, &s);
+  if (st != Status::Ok) {
+    lk.unlock();
+    return answer(p, r, st, 0, {});
+  }
+  auto fault = [](const emu::CopyResult& c, MemoryKind k) {
+    return c ? (k == MemoryKind::Gpu ? Status::RemoteOperation : Status::RemoteAccess) : Status::Ok;
+  };
+  uint8_t* target = d.base + (r.raddr - reinterpret_cast<uint64_t>(d.base));
+  uint64_t old = 0;
+  std::vector<uint8_t> out;
+  auto signal = [&](uint64_t* w, MemoryKind k, uint8_t op, uint64_t v) -> Status {
+    if (op == static_cast<uint8_t>(SignalOp::Add)) return fault(emu::safe_atomic(w, k, true, v, 0, &old), k);
+    // Set: compare-and-swap until it lands (safe_atomic serialises the engine's atomics).
+    uint64_t cur = 0;
+    if (Status e = fault(emu::safe_atomic(w, k, true, 0, 0, &cur), k); e != Status::Ok) return e;
+    for (int i = 0; i < 1000; ++i) {
+      uint64_t prev = 0;
+      if (Status e = fault(emu::safe_atomic(w, k, false, v, cur, &prev), k); e != Status::Ok) return e;
+      if (prev == cur) return Status::Ok;
+      cur = prev;
+    }
+    return Status::RemoteOperation;
+  };
+  switch (r.type) {
+    case MsgType::Put:
+    case MsgType::PutSignal:
+      if (r.length) st = fault(emu::safe_copy(target, d.kind, r.payload, MemoryKind::Host, r.length), d.kind);
+      if (st == Status::Ok && r.type == MsgType::PutSignal) {
+        uint8_t* w = s.base + (r.sig_raddr - reinterpret_cast<uint64_t>(s.base));
+        st = signal(reinterpret_cast<uint64_t*>(w), s.kind, r.sig_op, r.operand);
+      }
+      old = 0;
+      break;
+    case MsgType::Get:
+      out.resize(r.length);
+      if (r.length) st = fault(emu::safe_copy(out.data(), MemoryKind::Host, target, d.kind, r.length), d.kind);
+      if (st != Status::Ok) out.clear();
+      break;
+    case MsgType::FetchAdd:
+    case MsgType::CompareSwap:
+      st = fault(emu::safe_atomic(reinterpret_cast<uint64_t*>(target), d.kind, r.type == MsgType::FetchAdd,
+                                  r.operand, r.compare, &old),
+                 d.kind);
+      break;
+    case MsgType::Signal:
+      st = signal(reinterpret_cast<uint64_t*>(target), d.kind, r.sig_op, r.operand);
+      old = 0;
+      break;
+    default: st = Status::RemoteInvalidRequest;
+  }
+  lk.unlock();
+  if (st != Status::Ok) {
+    reject(p.name, "fault", std::string(tn) + " at " + hex(r.raddr) + ": the memory behind key " + hex(r.key) +
+                                " faulted");
+    old = 0;
+  }
+  answer(p, r, st, old, std::move(out));
+}
+
+void MsgTransport::answer(Peer& p, const wire::Request& r, Status st, uint64_t old, std::vector<uint8_t> data) {
+  if (p.answers_queued >= opt_.max_backlog)
+    return fail_peer(p, Status::TransportRetryExceeded,
+                     "peer lost: " + p.name + " sent requests faster than it took " +
+                         std::to_string(opt_.max_backlog) + " answers");
+  auto o = std::make_unique<Out>();
+  wire::Answer a;
+  a.node = node_;
+  a.seq = r.seq;
+  a.op_id = r.op_id;
+  a.status = st;
+  a.old_value = st == Status::Ok ? old : 0;
+  a.length = st == Status::Ok ? data.size() : 0;
+  wire::encode_header(a, o->hdr);
+  o->hdr_len = wire::kAnswerBytes;
+  if (a.length) {
+    o->owned = std::move(data);
+    o->payload = o->owned.data();
+    o->len = o->owned.size();
+  }
+  o->is_answer = true;
+  enqueue(p, std::move(o));
+}
+
+}  // namespace kinet::transport

@@ -1,0 +1,77 @@
+// kinet transports — the message engine's wire format (msg_engine.*): one
+// operation request or one answer per channel message. Little-endian, fixed
+// header then payload; a magic and version lead every message.
+//
+// Request (kRequestBytes header, then `length` payload bytes for Put and
+// PutSignal, nothing for the others):
+//    0 u32 magic   4 u8 version   5 u8 type (MsgType)   6 u8 sig_op   7 u8 0
+//    8 u64 node (sender)   16 u64 seq (per sender and target, from 1)
+//   24 u64 op id   32 u32 key   36 u32 sig_key   40 u64 raddr   48 u64 length
+//   56 u64 operand (add, swap or signal value)   64 u64 compare   72 u64 sig_raddr
+// Answer (kAnswerBytes header, then `length` bytes of Get data):
+//    0 u32 magic   4 u8 version   5 u8 type = Answer   6 u16 0
+//    8 u64 node (answerer)   16 u64 seq (of the request)   24 u64 op id
+//   32 i32 status (kinet::Status)   36 u32 0   40 u64 old value   48 u64 length
+// Fields an operation does not use must be zero: a decoder accepts one
+// encoding per message, so a fuzzer can check re-encoding gives the same bytes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kinet/status.hpp"
+
+namespace kinet::transport::wire {
+
+inline constexpr uint32_t kMagic = 0x544e4b31;  // "1KNT"
+inline constexpr uint8_t kVersion = 1;
+inline constexpr size_t kRequestBytes = 80;
+inline constexpr size_t kAnswerBytes = 56;
+
+enum class MsgType : uint8_t {
+  Put = 1, Get = 2, FetchAdd = 3, CompareSwap = 4, Signal = 5, PutSignal = 6,
+  Answer = 0x81,
+};
+const char* type_name(MsgType t);  // "put", ..., "answer"; "unknown" otherwise
+
+struct Request {
+  MsgType type = MsgType::Put;
+  uint8_t sig_op = 0;        // Signal / PutSignal: kinet::SignalOp (1 add, 2 set)
+  uint64_t node = 0, seq = 0, op_id = 0;
+  uint32_t key = 0, sig_key = 0;
+  uint64_t raddr = 0, length = 0;  // Put / PutSignal: payload bytes; Get: bytes asked; atomics, Signal: 8
+  uint64_t operand = 0, compare = 0, sig_raddr = 0;
+  const uint8_t* payload = nullptr;  // decode: points into the message
+};
+
+struct Answer {
+  uint64_t node = 0, seq = 0, op_id = 0;
+  Status status = Status::Ok;
+  uint64_t old_value = 0;
+  uint64_t length = 0;               // Get data bytes (0 unless status Ok)
+  const uint8_t* payload = nullptr;  // decode: points into the message
+};
+
+// Writes the header only (payload travels as its own iovec).
+void encode_header(const Request& r, uint8_t out[kRequestBytes]);
+void encode_header(const Answer& a, uint8_t out[kAnswerBytes]);
+
+// What a message is, from its first bytes: Answer, a request type, or
+// nothing (false) when shorter than 8 bytes or not this magic / version.
+bool peek_type(const uint8_t* m, size_t n, MsgType* t);
+
+// Validate every field and never read past m[n). Empty result: accepted
+// (payload points into m); else why not ("short message: ...", "bad type ...",
+// "length ... but ... payload bytes", ...), one line, naming the field.
+// Request rules: the magic and version; a known request type; reserved byte
+// zero; sig_op 1 or 2 for Signal / PutSignal and 0 otherwise; op id non-zero;
+// key non-zero (Signal: key/raddr name the signal word; PutSignal: sig_key
+// non-zero too); fields the type does not use zero; length 8 for atomics and Signal; payload exactly `length` bytes
+// for Put / PutSignal, none otherwise.
+// Answer rules: the magic, version, type; reserved zero; op id non-zero;
+// status one of Ok, RemoteAccess, RemoteInvalidRequest, RemoteOperation;
+// length zero unless Ok, payload exactly `length` bytes.
+std::string decode(const uint8_t* m, size_t n, Request* out);
+std::string decode(const uint8_t* m, size_t n, Answer* out);
+
+}  // namespace kinet::transport::wire

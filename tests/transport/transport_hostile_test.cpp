@@ -1,0 +1,365 @@
+// The target's check at each exact edge, and a hostile peer: raw crafted
+// messages through the channel (truncated, oversized, bad fields, wrong
+// node, replayed sequence numbers, answers to unknown op ids, a flood and a
+// stranger) rejected without touching memory (guard bytes around the
+// region) and without crashing. Over the loop channel.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+
+#include "transport_rig.hpp"
+#include "transports/msg_wire.hpp"
+
+namespace kinet::test {
+namespace {
+using namespace std::chrono_literals;
+using transport::wire::MsgType;
+namespace wire = transport::wire;
+
+constexpr size_t kGuard = 64;
+constexpr uint8_t kGuardByte = 0xA5;
+
+// A region of `n` bytes with guard bytes on both sides, registered at b.
+struct Guarded {
+  std::vector<uint8_t> buf;
+  std::unique_ptr<TransportRegion> region;
+  uint8_t* mem() { return buf.data() + kGuard; }
+  uint64_t base() { return reinterpret_cast<uint64_t>(mem()); }
+  size_t n;
+  Guarded(Transport& t, size_t bytes, uint32_t access) : buf(bytes + 2 * kGuard, kGuardByte), n(bytes) {
+    std::memset(mem(), 0, n);
+    region = t.register_memory(mem(), n, access);
+  }
+  bool guards_intact() const {
+    for (size_t i = 0; i < kGuard; ++i)
+      if (buf[i] != kGuardByte || buf[kGuard + n + i] != kGuardByte) return false;
+    return true;
+  }
+  bool zero() const {
+    for (size_t i = 0; i < n; ++i)
+      if (buf[kGuard + i] != 0) return false;
+    return true;
+  }
+};
+
+TEST(TransportTarget, BoundsAtTheExactEdge) {
+  LoopPair p;
+  Guarded g(*p.b, 256, kAccessAll);
+  const uint32_t k = p.a->import_key(p.ab, g.region->remote_key());
+  uint64_t v = 0x1122334455667788;
+  uint8_t buf[16] = {};
+  // One byte before the start, one byte past the end: rejected.
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, k, g.base() - 1, 1), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, k, g.base() + 256 - 7, 2), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+  ASSERT_EQ(p.a->get(p.ab, buf, 8, k, g.base() + 256 - 7, 3), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+  ASSERT_EQ(p.a->get(p.ab, buf, 1, k, g.base() - 1, 4), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+  // A range wrapping past 2^64.
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, k, ~uint64_t{0} - 3, 5), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+  EXPECT_TRUE(g.zero());
+  EXPECT_TRUE(g.guards_intact());
+  // The last bytes, and 0 bytes at the very end: accepted.
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, k, g.base() + 256 - 8, 6), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+  ASSERT_EQ(p.a->put(p.ab, &v, 0, k, g.base() + 256, 7), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+  ASSERT_EQ(p.a->get(p.ab, buf, 8, k, g.base() + 256 - 8, 8), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+  EXPECT_EQ(0, std::memcmp(buf, &v, 8));
+  EXPECT_TRUE(g.guards_intact());
+  EXPECT_EQ(p.b->rejected("out of bounds"), 5u);
+}
+
+TEST(TransportTarget, WrongAndDeregisteredKeys) {
+  LoopPair p;
+  Guarded g(*p.b, 64, kAccessAll);
+  RemoteKey rk = g.region->remote_key();
+  const uint32_t good = p.a->import_key(p.ab, rk);
+  rk.rkey ^= 0x5a5a5a5a;
+  const uint32_t wrong = p.a->import_key(p.ab, rk);
+  uint64_t v = 7, old = 0;
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, wrong, g.base(), 1), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+  ASSERT_EQ(p.a->fetch_add(p.ab, &old, wrong, g.base(), 1, 2), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+  EXPECT_EQ(p.b->rejected("unknown key"), 2u);
+  g.region.reset();  // deregistered: the key never matches again
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, good, g.base(), 3), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+  EXPECT_TRUE(g.zero());
+  EXPECT_TRUE(g.guards_intact());
+  // A new registration of the same memory gets a new key: the old one still fails.
+  Guarded g2(*p.b, 64, kAccessAll);
+  EXPECT_NE(g2.region->remote_key().rkey, rk.rkey ^ 0x5a5a5a5a);
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, good, g.base(), 4), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+}
+
+// Each operation against a region missing exactly the right it needs, then
+// one holding only that right.
+TEST(TransportTarget, EachAccessRightOnEachOperation) {
+  LoopPair p;
+  struct Case {
+    const char* op;
+    uint32_t need;
+  } cases[] = {{"put", kRemoteWrite},        {"get", kRemoteRead},     {"fetch_add", kRemoteAtomic},
+               {"compare_swap", kRemoteAtomic}, {"signal", kRemoteAtomic}, {"put_signal data", kRemoteWrite},
+               {"put_signal word", kRemoteAtomic}};
+  for (const Case& c : cases) {
+    for (bool granted : {false, true}) {
+      SCOPED_TRACE(std::string(c.op) + (granted ? " with only its right" : " without its right"));
+      const uint32_t acc = granted ? c.need : (kAccessAll & ~c.need);
+      Guarded g(*p.b, 64, acc);
+      Guarded all(*p.b, 64, kAccessAll);
+      const uint32_t k = p.a->import_key(p.ab, g.region->remote_key());
+      const uint32_t ka = p.a->import_key(p.ab, all.region->remote_key());
+      uint64_t v = 5, old = 0;
+      const std::string op = c.op;
+      Status s;
+      if (op == "put") s = p.a->put(p.ab, &v, 8, k, g.base(), 1);
+      else if (op == "get") s = p.a->get(p.ab, &v, 8, k, g.base(), 1);
+      else if (op == "fetch_add") s = p.a->fetch_add(p.ab, &old, k, g.base(), 1, 1);
+      else if (op == "compare_swap") s = p.a->compare_swap(p.ab, &old, k, g.base(), 0, 1, 1);
+      else if (op == "signal") s = p.a->signal(p.ab, k, g.base(), SignalOp::Add, 1, 1);
+      else if (op == "put_signal data") s = p.a->put_signal(p.ab, &v, 8, k, g.base(), ka, all.base(), SignalOp::Add, 1, 1);
+      else s = p.a->put_signal(p.ab, &v, 8, ka, all.base() + 8, k, g.base(), SignalOp::Add, 1, 1);
+      ASSERT_EQ(s, Status::Ok);
+      EXPECT_EQ(p.one().status, granted ? Status::Ok : Status::RemoteAccess);
+      if (!granted) {
+        EXPECT_TRUE(g.zero());
+        EXPECT_TRUE(all.zero()) << "a rejected put_signal moved no byte of either range";
+      }
+      EXPECT_TRUE(g.guards_intact());
+      EXPECT_TRUE(all.guards_intact());
+    }
+  }
+}
+
+TEST(TransportTarget, UnalignedAtomicsAndSignals) {
+  LoopPair p;
+  Guarded g(*p.b, 64, kAccessAll);
+  const uint32_t k = p.a->import_key(p.ab, g.region->remote_key());
+  uint64_t old = 0, v = 1;
+  for (uint64_t off : {1, 4, 7}) {
+    ASSERT_EQ(p.a->fetch_add(p.ab, &old, k, g.base() + off, 1, 1), Status::Ok);
+    EXPECT_EQ(p.one().status, Status::RemoteInvalidRequest);
+    ASSERT_EQ(p.a->compare_swap(p.ab, &old, k, g.base() + off, 0, 1, 2), Status::Ok);
+    EXPECT_EQ(p.one().status, Status::RemoteInvalidRequest);
+    ASSERT_EQ(p.a->signal(p.ab, k, g.base() + off, SignalOp::Set, 1, 3), Status::Ok);
+    EXPECT_EQ(p.one().status, Status::RemoteInvalidRequest);
+    ASSERT_EQ(p.a->put_signal(p.ab, &v, 8, k, g.base() + 32, k, g.base() + off, SignalOp::Set, 1, 4), Status::Ok);
+    EXPECT_EQ(p.one().status, Status::RemoteInvalidRequest);
+  }
+  EXPECT_TRUE(g.zero());
+  EXPECT_TRUE(g.guards_intact());
+  EXPECT_EQ(p.b->rejected("unaligned"), 12u);
+  ASSERT_EQ(p.a->fetch_add(p.ab, &old, k, g.base() + 8, 1, 5), Status::Ok);  // aligned: fine
+  EXPECT_EQ(p.one().status, Status::Ok);
+}
+
+// ---- a hostile peer: raw messages through a loop channel -------------------
+
+struct Collector : transport::ChannelEvents {
+  std::deque<std::vector<uint8_t>> msgs;
+  void on_message(uint32_t, const uint8_t* d, size_t n) override { msgs.emplace_back(d, d + n); }
+  void on_stranger(std::string_view, const uint8_t*, size_t) override {}
+  void on_sent(uint64_t, bool) override {}
+  void on_peer_lost(uint32_t, const std::string&) override {}
+};
+
+struct Hostile {
+  std::unique_ptr<transport::Channel> raw = transport::make_loop_channel();
+  uint64_t node = transport::random_node_id();
+  uint64_t seq = 0;
+  Collector got;
+  // Makes `t` accept the raw channel as a peer; returns t's PeerId for it.
+  PeerId join(MsgTransport& t, bool connect = true) {
+    uint64_t tn;
+    std::vector<uint8_t> ca;
+    transport::parse_engine_address(t.address(), "target", &tn, &ca);
+    raw->add_peer(ca, "target");
+    return connect ? t.connect(transport::engine_address(node, raw->address()), "hostile") : 0;
+  }
+  void send(const std::vector<uint8_t>& m) {
+    iovec iov{const_cast<uint8_t*>(m.data()), m.size()};
+    ASSERT_TRUE(raw->send(0, &iov, 1, 0));
+  }
+  std::vector<uint8_t> request(wire::Request r, const std::vector<uint8_t>& payload = {}) {
+    if (!r.node) r.node = node;
+    if (!r.seq) r.seq = ++seq;
+    std::vector<uint8_t> m(wire::kRequestBytes);
+    wire::encode_header(r, m.data());
+    m.insert(m.end(), payload.begin(), payload.end());
+    return m;
+  }
+  // Answers received (polls the target first).
+  std::vector<wire::Answer> answers(MsgTransport& t) {
+    Completion c[4];
+    t.poll(c, 0);
+    raw->progress(got);
+    std::vector<wire::Answer> out;
+    for (auto& m : got.msgs) {
+      wire::Answer a;
+      EXPECT_EQ(wire::decode(m.data(), m.size(), &a), "");
+      out.push_back(a);
+    }
+    got.msgs.clear();
+    return out;
+  }
+};
+
+TEST(TransportHostile, CraftedRequestsTouchNothing) {
+  auto t = loop_transport("target");
+  Guarded g(*t, 128, kAccessAll);
+  const uint32_t key = g.region->remote_key().rkey;
+  Hostile h;
+  h.join(*t);
+  std::vector<uint8_t> pay(16, 0xEE);
+  wire::Request put;
+  put.type = MsgType::Put, put.op_id = 1, put.key = key, put.raddr = g.base(), put.length = 16;
+  const std::vector<uint8_t> good = h.request(put, pay);
+  --h.seq;  // `good` is a template: its sequence number is reused below
+  size_t expect_answers = 0, expect_malformed = 0;
+  // Truncated: every prefix of a valid put.
+  for (size_t n = 0; n < good.size(); ++n) {
+    h.send(std::vector<uint8_t>(good.begin(), good.begin() + n));
+    ++expect_malformed;
+    if (n >= 32) ++expect_answers;
+  }
+  // Oversized: payload longer than the length field, and trailing bytes on a get.
+  {
+    auto m = good;
+    m.push_back(0);
+    h.send(m);
+    wire::Request gr = put;
+    gr.type = MsgType::Get, gr.length = 8;
+    auto m2 = h.request(gr);
+    --h.seq;
+    m2.resize(m2.size() + 8);
+    h.send(m2);
+    expect_malformed += 2, expect_answers += 2;
+  }
+  // Bad fields, one at a time: (offset, value).
+  const std::pair<size_t, uint8_t> bad[] = {{0, 0x00}, {4, 2}, {5, 0}, {5, 7}, {5, 0x81}, {6, 1},
+                                            {7, 1},    {24, 0}, {32, 0}, {36, 1}, {56, 1}, {64, 1}, {72, 1}};
+  for (auto [off, v] : bad) {
+    auto m = good;
+    if (off == 24 || off == 32) std::memset(m.data() + off, 0, off == 24 ? 8 : 4);  // op id 0, key 0
+    else m[off] = v;
+    h.send(m);
+    ++expect_malformed;
+    // An op id of 0 can't be answered; type 0x81 reads as a (malformed) answer.
+    if (off != 24 && !(off == 5 && v == 0x81)) ++expect_answers;
+  }
+  EXPECT_EQ(h.answers(*t).size(), expect_answers);
+  EXPECT_EQ(t->rejected("malformed"), expect_malformed);
+  EXPECT_TRUE(g.zero());
+  EXPECT_TRUE(g.guards_intact());
+  // Every answer to a malformed request is RemoteInvalidRequest.
+  for (size_t n = 40; n < 41; ++n) {
+    h.send(std::vector<uint8_t>(good.begin(), good.begin() + n));
+    auto a = h.answers(*t);
+    ASSERT_EQ(a.size(), 1u);
+    EXPECT_EQ(a[0].status, Status::RemoteInvalidRequest);
+    EXPECT_EQ(a[0].op_id, 1u);
+  }
+  // A request claiming another node.
+  wire::Request other = put;
+  other.node = h.node ^ 1;
+  h.send(h.request(other, pay));
+  auto a = h.answers(*t);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, Status::RemoteInvalidRequest);
+  EXPECT_EQ(t->rejected("wrong node"), 1u);
+  // The sequence: the valid put with seq 1 runs, its replay doesn't.
+  h.seq = 0;
+  h.send(h.request(put, pay));
+  a = h.answers(*t);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, Status::Ok);
+  EXPECT_EQ(0, std::memcmp(g.mem(), pay.data(), 16));
+  std::memset(g.mem(), 0, 16);
+  h.seq = 0;
+  h.send(h.request(put, pay));
+  a = h.answers(*t);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, Status::RemoteInvalidRequest);
+  EXPECT_EQ(t->rejected("sequence"), 1u);
+  EXPECT_TRUE(g.zero());
+  EXPECT_TRUE(g.guards_intact());
+}
+
+TEST(TransportHostile, StrangerIsDropped) {
+  auto t = loop_transport("target");
+  Guarded g(*t, 64, kAccessAll);
+  Hostile h;
+  h.join(*t, /*connect=*/false);
+  wire::Request put;
+  put.type = MsgType::Put, put.op_id = 1, put.key = g.region->remote_key().rkey, put.raddr = g.base(),
+  put.length = 8;
+  h.send(h.request(put, std::vector<uint8_t>(8, 1)));
+  EXPECT_TRUE(h.answers(*t).empty());
+  EXPECT_EQ(t->rejected("stranger"), 1u);
+  EXPECT_TRUE(g.zero());
+  EXPECT_TRUE(g.guards_intact());
+}
+
+TEST(TransportHostile, AnswersToUnknownOpsAreIgnored) {
+  LoopPair p(1024, 20s);
+  Guarded g(*p.b, 64, kAccessAll);
+  const uint32_t k = p.a->import_key(p.ab, g.region->remote_key());
+  Hostile h;
+  h.join(*p.a);
+  // Answers from the hostile peer: unknown op ids, and the op id of an
+  // operation in flight to another peer (b), malformed ones.
+  uint64_t v = 9;
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, k, g.base(), 1), Status::Ok);  // op id 1 on the wire, not yet answered
+  for (uint64_t id : {1ull, 2ull, 12345ull, ~0ull}) {
+    wire::Answer an;
+    an.node = h.node, an.op_id = id;
+    std::vector<uint8_t> m(wire::kAnswerBytes);
+    wire::encode_header(an, m.data());
+    h.send(m);
+  }
+  h.send({0x31, 0x4b, 0x4e, 0x54, 1, 0x81});  // truncated answer
+  Completion c[4];
+  EXPECT_EQ(p.a->poll(c, 4), 0u);
+  EXPECT_EQ(p.a->rejected("unknown op id"), 4u);
+  EXPECT_EQ(p.a->outstanding(), 1u);
+  Completion done = p.one();  // b answers the real one
+  EXPECT_EQ(done.status, Status::Ok);
+  EXPECT_EQ(done.cookie, 1u);
+}
+
+TEST(TransportHostile, FloodIsRejectedAndTheTargetStillServes) {
+  LoopPair p(1024, 20s);
+  Guarded g(*p.b, 4096, kAccessAll);
+  Hostile h;
+  h.join(*p.b);
+  const uint32_t key = g.region->remote_key().rkey;
+  std::vector<uint8_t> pay(64, 0xEE);
+  const size_t kFlood = 20000;
+  Completion c[16];
+  for (size_t i = 0; i < kFlood; ++i) {
+    wire::Request r;
+    r.type = MsgType::Put, r.op_id = i + 1, r.key = key, r.raddr = g.base() + 4096 - 63, r.length = 64;  // 1 past
+    h.send(h.request(r, pay));
+    if (i % 1000 == 999) p.b->poll(c, 0);  // the hostile side never takes its answers
+  }
+  p.b->poll(c, 0);
+  EXPECT_EQ(p.b->rejected("out of bounds"), kFlood);
+  EXPECT_TRUE(g.zero());
+  EXPECT_TRUE(g.guards_intact());
+  const uint32_t k = p.a->import_key(p.ab, g.region->remote_key());
+  uint64_t v = 3;
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, k, g.base(), 1), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+}
+
+}  // namespace
+}  // namespace kinet::test
