@@ -85,6 +85,11 @@ constexpr Variable kVariables[] = {
      "WQE into the BlueFlame window), cpu (posters write the doorbell record, a CPU thread rings). Another value: "
      "create_qp throws InvalidArgument; a mode the QP can't have: NotSupported",
      "emu and mlx5 providers", false},
+    {"KINET_PROXY_CPUS", "unset",
+     "comma-separated CPU numbers: proxy thread i (one per transport of a kinet::Proxy) is pinned to the i-th; "
+     "threads beyond the list are not pinned. ProxyConfig::cpus overrides it. Not a list of numbers: the Proxy "
+     "constructor throws InvalidArgument",
+     "proxy", false},
 };
 
 std::string row(const Variable& v) {

@@ -108,6 +108,29 @@ template <Scope S, class T> KINET_HD T fetch_max_relaxed(T* p, T v) {
   return cur;
 }
 
+// Publishes a 16-byte header {a, b} (16-byte aligned) after every earlier
+// store of this thread, for a reader at scope S that acquire-loads the first
+// word (the proxy thread reading a descriptor, kinet/device/proxy.cuh). GPU:
+// one `st.release.<scope>.v2.u64`, so a reader over PCIe usually sees both
+// words at once; the reader still checks a valid bit in each word, because a
+// 16-byte store is not promised to be single-copy atomic. Host: b relaxed,
+// then a with release (a reader that acquired a sees b).
+template <Scope S> KINET_HD void store_release_pair(uint64_t* p, uint64_t a, uint64_t b) {
+#if KINET_ON_DEVICE && (__CUDA_ARCH__ >= 700)
+  if constexpr (S == Scope::System)
+    asm volatile("st.release.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+  else if constexpr (S == Scope::Gpu)
+    asm volatile("st.release.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+  else {
+    store_relaxed<S>(p + 1, b);
+    store_release<S>(p, a);
+  }
+#else
+  store_relaxed<S>(p + 1, b);
+  store_release<S>(p, a);
+#endif
+}
+
 // ---- fences ----
 template <Scope S> KINET_HD void fence_release() {
 #if KINET_ON_DEVICE
