@@ -291,7 +291,6 @@ void Comm::Impl::setup_proxy_peers(const CommConfig& cfg) {
     uint8_t* base = scratch + per_peer * k++;
     p.put_scratch = reinterpret_cast<uint64_t*>(base);
     p.atomic_scratch = reinterpret_cast<dev::CommAtomicSlot*>(base + size_t{cfg.slots} * sizeof(uint64_t));
-    for (uint32_t i = 0; i < cfg.slots; ++i) p.atomic_scratch[i].owner = i;  // ring index i uses slot i first
   }
 }
 
@@ -335,11 +334,11 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned) {
   const auto packed = pack(mine);
   const auto all = m.bs->allgather(packed.data(), packed.size());
   for (int r = 0; r < m.size; ++r) wi.blobs.push_back(unpack(all[r], r));
-  for (int r = 0; r < m.size; ++r)
-    if (wi.blobs[r].bytes != bytes)
-      throw Error(ErrorCode::InvalidArgument, who + ": not symmetric: rank " + std::to_string(r) + " has " +
-                                                  std::to_string(wi.blobs[r].bytes) + " bytes, rank " +
-                                                  std::to_string(m.rank) + " " + std::to_string(bytes));
+  for (int r = 1; r < m.size; ++r)  // the same text on every rank
+    if (wi.blobs[r].bytes != wi.blobs[0].bytes)
+      throw Error(ErrorCode::InvalidArgument, who + ": not symmetric: rank 0 has " + std::to_string(wi.blobs[0].bytes) +
+                                                  " bytes, rank " + std::to_string(r) + " has " +
+                                                  std::to_string(wi.blobs[r].bytes));
   m.windows.push_back(std::move(w));
   CommWindow& win = *m.windows.back();
   const bool first = win.h_.id == 0;  // the barrier window, while paths are still being decided

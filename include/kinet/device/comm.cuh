@@ -96,8 +96,8 @@ static_assert(sizeof(WindowHandle) == kWindowHandleBytes, "update kWindowHandleB
 static_assert(std::is_trivially_copyable_v<WindowHandle> && std::is_standard_layout_v<WindowHandle>);
 static_assert(offsetof(WindowHandle, abi) == 0);
 
-// A scratch slot for an atomic's result on the proxy path: `value` belongs
-// to the poster whose ring index equals `owner`.
+// A scratch slot for an atomic's result on the proxy path: owner is 0 when
+// free, ring index + 1 of the poster reading its result otherwise.
 struct CommAtomicSlot {
   uint64_t value;
   uint64_t owner;

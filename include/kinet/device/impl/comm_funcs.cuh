@@ -155,21 +155,27 @@ KINET_HD Status comm_atomic(const CommHandle& c, int peer, const WindowHandle& w
     return Status::Ok;
   }
   // Proxy: the result lands in the scratch slot of this descriptor's ring
-  // slot; the slot is ours once its previous user (ring index idx - n) has
-  // read its result and handed it on (owner == idx).
+  // slot. It is ours once the slot's previous descriptor (ring index idx - n)
+  // completed and no earlier atomic poster still reads its result there
+  // (owner 0; a poster holds it as idx + 1 until it has read).
   uint64_t idx = 0;
   Status st = reserve<S>(p.ch, 1, &idx);
   if (st != Status::Ok) return comm_fail(c, st, peer, what, w.id, off);
   const uint64_t n = p.ch.size();
   CommAtomicSlot* slot = &p.atomic_scratch[idx & (n - 1)];
+  if (idx >= n && (st = comm_wait_completed<S>(p.ch, idx - n + 1)) != Status::Ok) {
+    publish<S>(p.ch, idx, make_nop(0));  // the ring must not stop at our slot
+    return comm_fail(c, st, peer, what, w.id, off);
+  }
   const uint64_t t0 = now_ns();
-  while (load_acquire<Scope::System>(&slot->owner) != idx) {
+  for (uint64_t free = 0; !cas_relaxed<Scope::System>(&slot->owner, free, idx + 1); free = 0) {
     if (now_ns() - t0 > c.timeout_ns) {
-      publish<S>(p.ch, idx, make_nop(0));  // the ring must not stop at our slot
-      return comm_fail(c, Status::TimeoutCompletion, peer, what, w.id, off, idx, load_relaxed<Scope::System>(&slot->owner));
+      publish<S>(p.ch, idx, make_nop(0));
+      return comm_fail(c, Status::TimeoutCompletion, peer, what, w.id, off, idx + 1, free);
     }
     spin_pause();
   }
+  fence_acquire<Scope::System>();  // the previous user's read of the value before the proxy's next write
   const uint64_t raddr = w.peers[peer].raddr + off;
   const Rkey rk{w.peers[peer].rkey};
   publish<S>(p.ch, idx,
@@ -177,7 +183,7 @@ KINET_HD Status comm_atomic(const CommHandle& c, int peer, const WindowHandle& w
                  : make_compare_swap(&slot->value, Lkey{p.scratch_lkey}, raddr, rk, a, b, 0));
   st = dev::wait<S>(p.ch, Ticket{idx + 1, idx});
   v = slot->value;  // written by the proxy before the completion wait() acquired
-  store_release<Scope::System>(&slot->owner, idx + n);
+  store_release<Scope::System>(&slot->owner, uint64_t{0});
   if (st != Status::Ok) return comm_fail(c, st, peer, what, w.id, off);
   if (old) *old = v;
   return Status::Ok;
