@@ -45,7 +45,9 @@ Status ring_allreduce(const dev::CommHandle& c, const dev::WindowHandle& w) {
 
 int run_rank(const std::string& id, int rank) {
   auto bs = Bootstrap::init(UniqueId::from_string(id), rank, kRanks);
-  Comm comm(*bs);  // collective: transport, proxy, a path per peer
+  CommConfig cfg;
+  cfg.memory = CommConfig::Memory::Host;  // host threads play the kernel (a GPU build: Gpu, and a kernel)
+  Comm comm(*bs, cfg);                    // collective: transport, proxy, a path per peer
   if (rank == 0) std::fputs(comm.report().c_str(), stdout);
   CommWindow& win = comm.alloc_symmetric(kBytes);  // collective, zeroed
   uint64_t* data = static_cast<uint64_t*>(win.local());

@@ -44,6 +44,7 @@ nlohmann::json run(int rank, const std::string& id, const Opts& o, std::atomic<u
   CommConfig cfg;
   cfg.transport = o.transport;
   cfg.path = o.path;
+  cfg.memory = CommConfig::Memory::Host;  // host threads post
   Comm comm(*bs, cfg);
   const uint64_t sig = 2 * o.max_bytes, pong = sig + 8;
   CommWindow& w = comm.alloc_symmetric(2 * o.max_bytes + 64);

@@ -131,7 +131,7 @@ struct Comm::Impl {
   // Monitor: marks peers the transport lost, so that device waits end.
   std::thread monitor;
   std::chrono::milliseconds monitor_period{5};
-  std::mutex mu;
+  mutable std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
   std::vector<std::string> lost;  // under mu
@@ -424,7 +424,7 @@ std::string Comm::peer_error(int peer) const {
   path(peer);
   if (peer == m.rank) return "";
   {
-    std::lock_guard<std::mutex> lk(const_cast<std::mutex&>(m.mu));
+    std::lock_guard<std::mutex> lk(m.mu);
     if (!m.lost[peer].empty()) return m.lost[peer];
   }
   std::string e = m.transport->peer_error(m.tp_peer[peer]);

@@ -40,6 +40,7 @@ CommConfig config(const std::string& transport, uint64_t timeout_ms = 20000) {
   c.transport = transport;
   c.slots = 64;  // small: the test posts more operations than slots
   c.timeout = std::chrono::milliseconds(timeout_ms);
+  c.memory = CommConfig::Memory::Host;  // host threads post, also where a GPU exists
   return c;
 }
 
@@ -263,6 +264,25 @@ TEST(CommSingle, AsymmetricWindowAndBadConfig) {
           return "slots 48 accepted";
         } catch (const Error& e) {
           REQ(e.code() == ErrorCode::InvalidArgument && std::string(e.what()).find("slots 48") != std::string::npos,
+              e.what());
+        }
+        bad = config("tcp");
+        bad.path = "bogus";
+        try {
+          Comm x(bs, bad);
+          return "path bogus accepted";
+        } catch (const Error& e) {
+          REQ(e.code() == ErrorCode::InvalidArgument && std::string(e.what()).find("\"bogus\"") != std::string::npos,
+              e.what());
+        }
+        bad.path = "p2p";  // host memory here: impossible, and said so on every rank
+        try {
+          Comm x(bs, bad);
+          return "path p2p accepted without a GPU";
+        } catch (const Error& e) {
+          REQ(e.code() == ErrorCode::NotSupported &&
+                  std::string(e.what()).find("path p2p to rank " + std::to_string(1 - r) + " impossible") !=
+                      std::string::npos,
               e.what());
         }
         Comm comm(bs, config("tcp"));
