@@ -321,16 +321,28 @@ template <Sharing S> KINET_HD Status fence(const CommHandle& c, int peer) {
 }
 
 template <Sharing S> KINET_HD Status barrier(const CommHandle& c) {
-  if (Status st = quiet<S>(c); st != Status::Ok) return st;
+  if (c.abi != kCommHandleAbi) return detail::comm_fail(c, Status::InvalidArgument, -1, CommOp::Barrier, detail::kNoWindow, 0);
   const WindowHandle& b = c.barrier;
   const uint64_t epoch = load_relaxed<Scope::System>(&c.state->barrier_epoch) + 1;
   store_relaxed<Scope::System>(&c.state->barrier_epoch, epoch);
   const uint64_t mine = static_cast<uint64_t>(c.rank) * 8;
+  // Quiet, then arrive at every peer, even after a peer failed: the healthy
+  // ones must not wait for this rank in vain (they then see the rank that
+  // really failed). The first failure is this call's status.
+  int bad = -1;
+  Status first = Status::Ok;
   for (int p = 0; p < c.size; ++p) {
-    if (p == c.rank) continue;
-    const Status st = detail::comm_signal<S>(c, p, b, 0, b, 0, 0, b, mine, SigOp::Add, 1, CommOp::Barrier);
-    if (st != Status::Ok) return st;
+    if (c.peers[p].path != static_cast<uint32_t>(CommPath::Proxy)) continue;
+    const Status st = dev::quiet<S>(c.peers[p].ch);
+    if (st != Status::Ok && bad < 0) bad = p, first = st;
   }
+  fence_release<Scope::System>();  // P2p / Self stores before the arrivals
+  for (int p = 0; p < c.size; ++p) {
+    if (p == c.rank || p == bad) continue;
+    const Status st = detail::comm_signal<S>(c, p, b, 0, b, 0, 0, b, mine, SigOp::Add, 1, CommOp::Barrier);
+    if (st != Status::Ok && bad < 0) bad = p, first = st;
+  }
+  if (bad >= 0) return detail::comm_fail(c, first, bad, CommOp::Barrier, detail::kNoWindow, 0);
   const uint64_t t0 = now_ns();
   for (int p = 0; p < c.size; ++p) {
     if (p == c.rank) continue;
