@@ -34,6 +34,9 @@
 //   the new value sees the data.
 //   fetch_add / compare_swap block until the old value is known.
 //   quiet(): every operation this rank posted so far is complete.
+//   Atomics and signals on host-memory windows: those of remote ranks
+//   (applied by the transport under its lock) are not atomic with respect to
+//   the own rank's (self path, CPU atomics) on the same word; see docs/COMM.md.
 //   fence(peer): puts posted after it reach the peer after those before it
 //   (for the proxy path it is a quiet of that peer's channel).
 //   barrier(): quiet, then every rank arrives; afterwards every rank's data
