@@ -168,14 +168,19 @@ KINET_HD Status comm_atomic(const CommHandle& c, int peer, const WindowHandle& w
     return comm_fail(c, st, peer, what, w.id, off);
   }
   const uint64_t t0 = now_ns();
-  for (uint64_t free = 0; !cas_relaxed<Scope::System>(&slot->owner, free, idx + 1); free = 0) {
+  // Acquire: the previous user's read of the value happens before the
+  // proxy's next write of it (a CAS with acquire, not a separate fence:
+  // ThreadSanitizer does not model fences).
+  kinet::detail::atomic_ref_t<uint64_t, Scope::System> own(slot->owner);
+  for (uint64_t free = 0; !own.compare_exchange_strong(free, idx + 1, kinet::detail::mo::memory_order_acquire,
+                                                       kinet::detail::mo::memory_order_relaxed);
+       free = 0) {
     if (now_ns() - t0 > c.timeout_ns) {
       publish<S>(p.ch, idx, make_nop(0));
       return comm_fail(c, Status::TimeoutCompletion, peer, what, w.id, off, idx + 1, free);
     }
     spin_pause();
   }
-  fence_acquire<Scope::System>();  // the previous user's read of the value before the proxy's next write
   const uint64_t raddr = w.peers[peer].raddr + off;
   const Rkey rk{w.peers[peer].rkey};
   publish<S>(p.ch, idx,
