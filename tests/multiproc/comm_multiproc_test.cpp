@@ -261,6 +261,40 @@ TEST(CommSingle, WaitSignalTimesOutAndSaysWhat) {
   expect_ok(res, 2);
 }
 
+// The caller's own memory as a window: a put and a signal into it, the
+// bytes checked; a null pointer refused.
+TEST(CommSingle, RegisterWindow) {
+  setenv("KINET_SOCKET_IFNAME", "lo", 1);
+  auto res = run_ranks(
+      2,
+      [](int r, int, Bootstrap& bs) -> std::string {
+        Comm comm(bs, config("shm"));
+        std::vector<uint64_t> mem(1024, 0);  // 8 KiB, 8-byte aligned
+        auto* bytes = reinterpret_cast<uint8_t*>(mem.data());
+        for (int i = 0; i < 4096; ++i) bytes[i] = pat(r, i);
+        try {
+          comm.register_window(nullptr, 8192);
+          return "null window accepted";
+        } catch (const Error& e) {
+          REQ(e.code() == ErrorCode::InvalidArgument && std::string(e.what()).find("null") != std::string::npos,
+              e.what());
+        }
+        CommWindow& w = comm.register_window(mem.data(), 8192);
+        REQ(w.local() == mem.data() && w.bytes() == 8192 && !w.gpu(), "window fields");
+        const dev::CommHandle c = comm.device_handle();
+        Status s = dev::put_signal(c, 1 - r, w.handle(), 4096, w.handle(), 0, 4088, w.handle(), 8184, SigOp::Add, 1);
+        REQ(s == Status::Ok, "put_signal: " + st(s));
+        REQ((s = dev::wait_signal(c, w.handle(), 8184, Cmp::Eq, 1, 1 - r)) == Status::Ok, "wait: " + st(s));
+        for (int i = 0; i < 4088; ++i) REQ(bytes[4096 + i] == pat(1 - r, i), "byte " + std::to_string(i));
+        REQ((s = dev::barrier(c)) == Status::Ok, "barrier: " + st(s));
+        comm.barrier();
+        return "";
+      },
+      60s);
+  unsetenv("KINET_SOCKET_IFNAME");
+  expect_ok(res, 2);
+}
+
 // Collective mistakes are errors on every rank, naming what differs.
 TEST(CommSingle, AsymmetricWindowAndBadConfig) {
   setenv("KINET_SOCKET_IFNAME", "lo", 1);
