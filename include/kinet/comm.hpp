@@ -71,6 +71,7 @@ class CommWindow {
  private:
   friend class Comm;
   CommWindow() = default;
+  void publish_peers(int size);  // the per-peer table, copied to GPU memory
   dev::WindowHandle h_{};
   bool gpu_ = false;
   std::unique_ptr<Impl> impl_;

@@ -47,6 +47,15 @@ template <class T> T* alloc_array(size_t n) {
   return static_cast<T*>(cuda::alloc_pinned(sizeof(T) * (n ? n : 1)));  // zeroed; mapped into GPUs
 }
 
+// Kernels read the per-peer tables on every operation: with the GPU, a copy
+// in GPU memory (the tables do not change once built), else the host table.
+void* device_copy(bool gpu, const void* host, size_t bytes) {
+  if (!gpu) return const_cast<void*>(host);
+  void* d = cuda::alloc_device(bytes);
+  cuda::copy(d, host, bytes);
+  return d;
+}
+
 // One rank's part of a window, as exchanged.
 struct WindowBlob {
   uint64_t addr = 0, bytes = 0;
@@ -96,6 +105,7 @@ struct CommWindow::Impl {
   void* local = nullptr;
   std::unique_ptr<ProxyRegion> region;
   dev::CommWindowPeer* peers = nullptr;            // pinned
+  void* dev_peers = nullptr;                       // GPU copy of peers (GPU windows), else null
   std::vector<std::pair<void*, uint64_t>> mapped;  // IPC mappings to close
   std::vector<WindowBlob> blobs;                   // every rank's part
   ~Impl() {
@@ -106,6 +116,7 @@ struct CommWindow::Impl {
       else cuda::free_pinned(local);
     }
     cuda::free_pinned(peers);
+    cuda::free_device(dev_peers);
   }
 };
 
@@ -123,6 +134,7 @@ struct Comm::Impl {
   std::vector<std::string> reason;
   std::vector<NodeInfo> nodes;
   dev::CommPeer* peers = nullptr;       // pinned
+  void* dev_peers = nullptr;            // GPU copy of peers (with the GPU), else null
   dev::CommState* state = nullptr;      // pinned
   uint32_t* peer_down = nullptr;        // pinned
   uint8_t* scratch = nullptr;           // pinned: put_value sources and atomic results of proxy peers
@@ -153,6 +165,7 @@ struct Comm::Impl {
     transport.reset();
     cuda::free_pinned(scratch);
     cuda::free_pinned(peers);
+    cuda::free_device(dev_peers);
     cuda::free_pinned(state);
     cuda::free_pinned(peer_down);
   }
@@ -161,6 +174,11 @@ struct Comm::Impl {
 };
 
 CommWindow::~CommWindow() = default;
+
+void CommWindow::publish_peers(int size) {
+  impl_->dev_peers = device_copy(true, impl_->peers, sizeof(dev::CommWindowPeer) * size);
+  h_.peers = static_cast<const dev::CommWindowPeer*>(impl_->dev_peers);
+}
 
 Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
@@ -248,6 +266,10 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   add_window(nullptr, static_cast<size_t>(m.size) * 8, true);
   m.setup_proxy_peers(cfg);
   m.import_keys(*m.windows[0]);
+  if (m.gpu) {
+    m.dev_peers = device_copy(true, m.peers, sizeof(dev::CommPeer) * m.size);
+    m.windows[0]->publish_peers(m.size);
+  }
   m.monitor_period = cfg.monitor_period.count() > 0 ? cfg.monitor_period : std::chrono::milliseconds(5);
 
   m.monitor = std::thread([&i = m] {
@@ -367,7 +389,10 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned) {
     m.path[r] = uint32_t(CommPath::Proxy);
     m.reason[r] = "CUDA IPC mapping failed: " + why;
   }
-  if (!first) m.import_keys(win);
+  if (!first) {
+    m.import_keys(win);
+    if (wi.gpu) win.publish_peers(m.size);
+  }
   return win;
 }
 
@@ -387,7 +412,7 @@ dev::CommHandle Comm::device_handle() const {
   h.rank = m.rank;
   h.size = m.size;
   h.pad = 0;
-  h.peers = m.peers;
+  h.peers = m.dev_peers ? static_cast<const dev::CommPeer*>(m.dev_peers) : m.peers;
   h.state = m.state;
   h.peer_down = m.peer_down;
   h.timeout_ns = m.timeout_ns;
