@@ -148,6 +148,15 @@ std::string all_ops(int r, int n, Bootstrap& bs, const std::string& transport) {
   REQ(dev::put_value(c, 0, w, 0, 1, 9) == Status::InvalidArgument, "put_value of 9 bytes");
   REQ(dev::signal(c, 0, w, kSig + 4, SigOp::Add, 1) == Status::InvalidArgument, "misaligned signal");
   REQ(dev::fetch_add(c, 0, w, kWin, 1) == Status::InvalidArgument, "fetch_add at the end");
+  dev::CommHandle bad = c;  // a handle that is not one: refused, its pointers not followed
+  bad.abi ^= 1;
+  bad.state = nullptr;
+  bad.peers = nullptr;
+  REQ(dev::put(bad, 0, w, 0, w, 0, 8) == Status::InvalidArgument, "put on a bad handle");
+  REQ(dev::barrier(bad) == Status::InvalidArgument, "barrier on a bad handle");
+  dev::WindowHandle badw = w;
+  badw.abi = 0;
+  REQ(dev::get(c, 0, badw, 0, w, 0, 8) == Status::InvalidArgument, "get into a bad window");
   REQ(dev::quiet(c) == Status::Ok, "quiet after refusals");
   const std::string e = comm.device_error();  // the first refusal: the put 1 byte past the end
   REQ(e.find("put (rank " + std::to_string((r + 1) % n) + ") window 1 offset " + std::to_string(kWin - 8) +

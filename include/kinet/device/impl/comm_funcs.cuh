@@ -14,7 +14,7 @@ inline constexpr uint32_t kNoWindow = ~0u;
 // The fields are written before the release of err_status the host acquires.
 KINET_HD Status comm_fail(const CommHandle& c, Status st, int peer, CommOp op, uint32_t win, uint64_t off,
                           uint64_t expected = 0, uint64_t seen = 0) {
-  CommState* s = c.state;
+  CommState* s = c.abi == kCommHandleAbi ? c.state : nullptr;  // a bad handle's pointers are not followed
   if (s && try_lock<Scope::System>(&s->err_lock)) {
     s->err_peer = peer;
     s->err_op = static_cast<uint32_t>(op);
