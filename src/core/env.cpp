@@ -90,6 +90,11 @@ constexpr Variable kVariables[] = {
      "threads beyond the list are not pinned. ProxyConfig::cpus overrides it. Not a list of numbers: the Proxy "
      "constructor throws InvalidArgument",
      "proxy", false},
+    {"KINET_COMM_PATH", "auto",
+     "path a kinet::Comm gives its peers when CommConfig::path is empty: auto (p2p through CUDA IPC where the "
+     "peer's GPU memory can be mapped, else proxy), proxy (always the proxy), p2p (p2p to every other rank, else "
+     "the Comm constructor throws NotSupported naming the peer). Another value: InvalidArgument",
+     "communicator", false},
 };
 
 std::string row(const Variable& v) {

@@ -1,0 +1,135 @@
+// kinet — the communicator: ranks, symmetric windows and one device API
+// (kinet/device/comm.cuh) that reaches every peer through the best path.
+//
+//   auto bs = Bootstrap::init(id, rank, nranks);    // or Bootstrap::from_mpi()
+//   Comm comm(*bs);                                 // collective
+//   CommWindow& w = comm.alloc_symmetric(1 << 20);  // collective
+//   kernel<<<...>>>(comm.device_handle(), w.handle());
+//   std::puts(comm.report().c_str());               // which path each peer got, and why
+//
+// Paths, chosen per peer when the Comm is created (dev::CommPath):
+//   self   the own rank.
+//   p2p    same host, windows in GPU memory, the peer's windows mapped here
+//          through CUDA IPC (cudaIpcGetMemHandle / cudaIpcOpenMemHandle, the
+//          handles exchanged through the bootstrap).
+//   proxy  always possible: a kinet::Proxy thread executes descriptors on a
+//          kinet::Transport (CommConfig::transport / KINET_TRANSPORT).
+// KINET_COMM_PATH (or CommConfig::path): auto (p2p where possible, else
+// proxy), proxy (never p2p), p2p (p2p to every other rank, else the
+// constructor throws NotSupported naming the peer and why).
+//
+// Memory: windows live in GPU memory when the Comm uses the GPU
+// (CommConfig::memory; Auto: when CUDA sees a GPU), in host memory otherwise;
+// then host threads run the device API (the CPU-only configuration and its
+// tests). Kernels need the GPU configuration (the proxy's posting counters
+// live in GPU memory then, and host threads can't post).
+//
+// Collective calls (the constructor, alloc_symmetric, register_window,
+// barrier) must be made by every rank in the same order; they are bounded by
+// the bootstrap's timeout and throw kinet::Error naming the rank at fault.
+// Destruction is local: call barrier() first so that no peer still targets
+// this rank's windows; a peer that targets them later sees "peer lost".
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kinet/bootstrap.hpp"
+#include "kinet/device/comm.cuh"
+#include "kinet/kinet.hpp"
+
+namespace kinet {
+
+class Transport;
+class Proxy;
+
+struct CommConfig {
+  std::string transport;               // Transport provider; empty: KINET_TRANSPORT (transport.hpp)
+  std::string path;                    // "auto", "proxy", "p2p"; empty: KINET_COMM_PATH, default auto
+  uint32_t slots = 1024;               // descriptor ring per proxy peer (a power of two, 2..2^20)
+  std::chrono::milliseconds timeout{0};  // bound of every device-side wait; 0: KINET_TIMEOUT_MS
+  enum class Memory : uint8_t { Auto, Host, Gpu } memory = Memory::Auto;
+  // How often the monitor thread asks the transport whether a peer was lost.
+  std::chrono::milliseconds monitor_period{5};
+};
+
+// One symmetric window: every rank has a part of bytes() bytes. Owned by
+// its Comm, valid until the Comm is destroyed.
+class CommWindow {
+ public:
+  ~CommWindow();
+  dev::WindowHandle handle() const { return h_; }
+  void* local() const { return h_.local; }
+  size_t bytes() const { return h_.bytes; }
+  uint32_t id() const { return h_.id; }
+  bool gpu() const { return gpu_; }
+
+  struct Impl;
+
+ private:
+  friend class Comm;
+  CommWindow() = default;
+  void publish_peers(int size);  // the per-peer table, copied to GPU memory
+  dev::WindowHandle h_{};
+  bool gpu_ = false;
+  std::unique_ptr<Impl> impl_;
+};
+
+class Comm {
+ public:
+  // Collective over every rank of `bs`, which must outlive the Comm. Throws
+  // InvalidArgument (a bad CommConfig field, named), NotSupported (memory Gpu
+  // without a GPU; path p2p where a peer can't be mapped, naming it and why;
+  // a transport that can't start here), System (a peer unreachable, a
+  // bootstrap timeout).
+  explicit Comm(Bootstrap& bs, const CommConfig& cfg = {});
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const;
+  int size() const;
+  bool gpu() const;  // windows in GPU memory, kernels post
+
+  // Collective: a window of `bytes` bytes on every rank (the same on each,
+  // else InvalidArgument naming the ranks that differ), zeroed. Throws
+  // InvalidArgument (0 bytes), ResourceExhausted, System (a peer's window
+  // could not be mapped on a p2p path, naming the peer).
+  CommWindow& alloc_symmetric(size_t bytes);
+  // Collective: the caller's memory [ptr, ptr + bytes) as a window (GPU
+  // memory when ptr is, else host memory); it must stay valid while the Comm
+  // lives. Same errors as alloc_symmetric, and InvalidArgument for a null ptr.
+  CommWindow& register_window(void* ptr, size_t bytes);
+
+  // By value to kernels; valid while the Comm lives.
+  dev::CommHandle device_handle() const;
+
+  dev::CommPath path(int peer) const;        // throws InvalidArgument for a peer out of range
+  std::string path_reason(int peer) const;   // why that path ("same host, GPU memory mapped by CUDA IPC")
+  // One line per peer: "rank 0 -> rank 1: proxy over tcp (...): <reason>".
+  std::string report() const;
+
+  // Collective control-path barrier (through the bootstrap): every rank
+  // reached it. Kernels use dev::barrier for data ordering.
+  void barrier();
+
+  // This rank's first device-side failure, spelled out (which operation,
+  // peer, window, offset, what was waited for and seen, the channel's and
+  // the transport's reason); empty while there is none.
+  std::string device_error() const;
+  // Why `peer` failed ("peer lost: ..."), empty while it is healthy.
+  std::string peer_error(int peer) const;
+
+  Transport& transport() const;
+  Proxy& proxy() const;
+
+  struct Impl;
+
+ private:
+  CommWindow& add_window(void* ptr, size_t bytes, bool owned);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kinet

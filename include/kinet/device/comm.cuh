@@ -1,0 +1,206 @@
+// kinet — the communicator's device API: one-sided operations on symmetric
+// windows of other ranks, whatever path serves each peer.
+//
+// Header-only, compiled by nvcc for kernels and by a plain C++20 compiler for
+// host threads (tests, CPU-only users), like qp.cuh and proxy.cuh. The host
+// side (kinet/comm.hpp) builds the handles; kernels take them by value:
+//
+//   __global__ void k(dev::CommHandle c, dev::WindowHandle w) {
+//     int peer = (c.rank + 1) % c.size;
+//     dev::put_signal(c, peer, w, 0, w, 4096, 4096, w, 8192, dev::SigOp::Add, 1);
+//     dev::wait_signal(c, w, 8192, dev::Cmp::Ge, 1);
+//   }
+//
+// Each operation dispatches on the peer's path (CommHandle::peers[peer].path):
+//   Self   the caller's own rank: plain copies and atomics on the window.
+//   P2p    the peer's window is mapped here (CUDA IPC): vectorised stores and
+//          system-scope atomics on the mapping.
+//   Proxy  a descriptor on the peer's proxy channel (kinet/device/proxy.cuh):
+//          a CPU proxy thread executes it on the communicator's transport.
+//
+// Addresses are (window, byte offset) pairs: the same window has the same
+// size on every rank (symmetric), so an offset names the same place on every
+// rank. A source or destination on the caller's side lies in the caller's
+// own part of a window (for the proxy: its registration is what lets the
+// proxy thread read or write it).
+//
+// Completion and ordering (the weakest promise over every path):
+//   put / get / put_value return once the operation is handed off; the
+//   source may be reused (put) or the destination read (get) only after
+//   quiet() returned Ok.
+//   put_signal / signal change the peer's 8-byte signal word only after the
+//   data of this call and every earlier put / put_value / atomic of this
+//   rank to that peer are in place there: a waiter on the signal that saw
+//   the new value sees the data.
+//   fetch_add / compare_swap block until the old value is known.
+//   quiet(): every operation this rank posted so far is complete.
+//   Atomics and signals on host-memory windows: those of remote ranks
+//   (applied by the transport under its lock) are not atomic with respect to
+//   the own rank's (self path, CPU atomics) on the same word; see docs/COMM.md.
+//   fence(peer): puts posted after it reach the peer after those before it
+//   (for the proxy path it is a quiet of that peer's channel).
+//   barrier(): quiet, then every rank arrives; afterwards every rank's data
+//   written before its barrier is visible. ONE thread per rank calls it.
+//
+// Every wait is bounded by CommHandle::timeout_ns. A failed operation returns
+// its Status and records the first failure of this rank in CommState (which
+// peer, which operation, window and offset, what was expected and seen);
+// Comm::device_error() on the host spells it out. A peer known to be lost
+// (the host's monitor saw its transport fail) ends the waits that involve it
+// at once with TransportRetryExceeded.
+//
+// Sharing (as in qp.cuh): S is how many threads use the handle at once;
+// the default, Gpu, is right for kernels and for several host threads.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kinet/device/proxy.cuh"
+
+namespace kinet::dev {
+
+enum class CommPath : uint32_t { Self = 1, P2p = 2, Proxy = 3 };
+// How a signal changes the 8-byte word (kinet::SignalOp's values).
+enum class SigOp : uint32_t { Add = 1, Set = 2 };
+// wait_signal's comparison: word <cmp> value.
+enum class Cmp : uint32_t { Eq = 1, Ne = 2, Gt = 3, Ge = 4, Lt = 5, Le = 6 };
+// Operations, as recorded in CommState::err_op.
+enum class CommOp : uint32_t {
+  None = 0, Put, PutValue, Get, PutSignal, Signal, WaitSignal, FetchAdd, CompareSwap, Quiet, Fence, Barrier,
+};
+
+inline constexpr uint32_t kCommHandleVersion = 1;
+inline constexpr uint32_t kWindowHandleBytes = 40;
+inline constexpr uint32_t kCommHandleBytes = 88;
+inline constexpr uint32_t kWindowHandleAbi = 0xC0000000u | kCommHandleVersion << 16 | kWindowHandleBytes;
+inline constexpr uint32_t kCommHandleAbi = 0xC0000000u | kCommHandleVersion << 16 | kCommHandleBytes;
+
+// One peer's part of a window.
+struct CommWindowPeer {
+  uint64_t raddr;   // the window's address in the peer's process (Proxy)
+  uint8_t* mapped;  // the peer's window mapped here (Self, P2p); null otherwise
+  uint32_t rkey;    // Proxy: the Rkey id on the peer's channel
+  uint32_t pad;
+};
+static_assert(sizeof(CommWindowPeer) == 24);
+
+// A symmetric window, by value to kernels (Comm's windows build it).
+struct WindowHandle {
+  uint32_t abi = kWindowHandleAbi;  // first: readable whatever the rest of the layout is
+  uint32_t id;                      // the window's number in its Comm (for messages)
+  uint8_t* local;                   // this rank's part
+  uint64_t bytes;                   // size of every rank's part
+  uint32_t lkey;                    // Proxy: this rank's part as a proxy Lkey id
+  uint32_t pad;
+  const CommWindowPeer* peers;      // [CommHandle::size], memory the posters read
+};
+static_assert(sizeof(WindowHandle) == kWindowHandleBytes, "update kWindowHandleBytes");
+static_assert(std::is_trivially_copyable_v<WindowHandle> && std::is_standard_layout_v<WindowHandle>);
+static_assert(offsetof(WindowHandle, abi) == 0);
+
+// A scratch slot for an atomic's result on the proxy path: owner is 0 when
+// free, ring index + 1 of the poster reading its result otherwise.
+struct CommAtomicSlot {
+  uint64_t value;
+  uint64_t owner;
+};
+
+struct CommPeer {
+  uint32_t path;                    // CommPath
+  uint32_t scratch_lkey;            // Proxy: Lkey id of the scratch below
+  ProxyHandle ch;                   // Proxy: the channel to this peer
+  uint64_t* put_scratch;            // Proxy: [ch.size()] sources of put_value, by ring slot
+  CommAtomicSlot* atomic_scratch;   // Proxy: [ch.size()] results of atomics, by ring slot
+};
+static_assert(sizeof(CommPeer) == 72);
+static_assert(std::is_trivially_copyable_v<CommPeer>);
+
+// Mutable state of one rank, in memory every poster reaches.
+struct CommState {
+  uint64_t barrier_epoch;  // barriers this rank entered
+  int32_t err_status;      // first failure (Status); 0: none. Written last, with release
+  int32_t err_peer;        // -1: none in particular
+  uint32_t err_op;         // CommOp
+  uint32_t err_window;     // window id, or ~0u
+  uint64_t err_offset;
+  uint64_t err_expected;   // what was waited for (a signal value, a barrier epoch)
+  uint64_t err_seen;       // what was there at the end
+  uint32_t err_lock;
+  uint32_t pad;
+};
+static_assert(sizeof(CommState) == 56);
+
+// The communicator, by value to kernels (Comm::device_handle()).
+struct CommHandle {
+  uint32_t abi = kCommHandleAbi;  // first
+  int32_t rank;
+  int32_t size;
+  uint32_t pad;
+  const CommPeer* peers;          // [size]
+  CommState* state;
+  const uint32_t* peer_down;      // [size]: nonzero once the host saw the peer's transport fail
+  uint64_t timeout_ns;            // bound of every wait
+  WindowHandle barrier;           // internal window: size 8-byte arrival counters, one per rank
+};
+static_assert(sizeof(CommHandle) == kCommHandleBytes, "update kCommHandleBytes");
+static_assert(std::is_trivially_copyable_v<CommHandle> && std::is_standard_layout_v<CommHandle>);
+static_assert(offsetof(CommHandle, abi) == 0);
+
+// ---------------------------------------------------------------------------
+// Thread variants. Any thread may call them (S = how many share the handle).
+// Common errors: InvalidArgument (bad abi word, peer out of [0, size), a range
+// outside the window, a misaligned signal or atomic word (8 bytes), bytes 0
+// in get, nbytes outside 1..8 in put_value); the proxy's statuses
+// (TimeoutSqSpace, QpBroken, WrFlushed, the transport's failure).
+
+// Copies [src_off, src_off + bytes) of my part of `src` to
+// [dst_off, dst_off + bytes) of `peer`'s part of `dst`. bytes == 0: Ok, nothing.
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, const WindowHandle& src,
+                    uint64_t src_off, uint64_t bytes);
+// Writes the low `nbytes` (1..8) bytes of `value` (little-endian) to
+// `peer`'s part of dst at dst_off. No source buffer needed.
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status put_value(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, uint64_t value,
+                          uint32_t nbytes = 8);
+// Copies [src_off, +bytes) of `peer`'s part of src into my part of dst.
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status get(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, const WindowHandle& src,
+                    uint64_t src_off, uint64_t bytes);
+// put, then the signal word at sig_off of `peer`'s part of sig changes
+// (op, value) after the data (see the ordering above). bytes == 0: signal only.
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                           const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
+                           uint64_t sig_off, SigOp op, uint64_t value);
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status signal(const CommHandle& c, int peer, const WindowHandle& sig, uint64_t sig_off, SigOp op,
+                       uint64_t value);
+// Waits until the word at sig_off of MY part of sig compares true with
+// value; *seen (optional) gets the last value read. `from`: the rank expected
+// to signal, or -1; when that rank is lost the wait ends with
+// TransportRetryExceeded at once. TimeoutCompletion past timeout_ns.
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status wait_signal(const CommHandle& c, const WindowHandle& sig, uint64_t sig_off, Cmp cmp, uint64_t value,
+                            int from = -1, uint64_t* seen = nullptr);
+// 64-bit atomics on `peer`'s part of w at off; *old gets the previous value.
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status fetch_add(const CommHandle& c, int peer, const WindowHandle& w, uint64_t off, uint64_t add,
+                          uint64_t* old = nullptr);
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status compare_swap(const CommHandle& c, int peer, const WindowHandle& w, uint64_t off, uint64_t compare,
+                             uint64_t swap, uint64_t* old = nullptr);
+template <Sharing S = Sharing::Gpu> KINET_HD Status quiet(const CommHandle& c);
+template <Sharing S = Sharing::Gpu> KINET_HD Status fence(const CommHandle& c, int peer);
+template <Sharing S = Sharing::Gpu> KINET_HD Status barrier(const CommHandle& c);
+
+// What a path is called in messages.
+KINET_HD const char* comm_path_name(uint32_t p) {
+  return p == uint32_t(CommPath::Self) ? "self" : p == uint32_t(CommPath::P2p) ? "p2p"
+                                                  : p == uint32_t(CommPath::Proxy) ? "proxy" : "none";
+}
+
+}  // namespace kinet::dev
+
+#include "kinet/device/impl/comm_funcs.cuh"

@@ -1,0 +1,480 @@
+// kinet — the communicator's host side: transport, proxy, path choice per
+// peer, windows, the peer monitor.
+#include "kinet/comm.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/ipc.hpp"
+#include "core/cuda_shim.hpp"
+#include "core/env.hpp"
+#include "core/log.hpp"
+#include "kinet/proxy.hpp"
+#include "kinet/transport.hpp"
+
+namespace kinet {
+namespace {
+
+using dev::CommPath;
+
+// Who a rank is, exchanged at creation to choose paths.
+struct NodeInfo {
+  char host[64];
+  char boot_id[40];
+  uint32_t gpu;  // windows in GPU memory
+  uint32_t pad;
+};
+
+NodeInfo node_info(bool gpu) {
+  NodeInfo n{};
+  gethostname(n.host, sizeof n.host - 1);
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  std::strncpy(n.boot_id, id.c_str(), sizeof n.boot_id - 1);
+  n.gpu = gpu ? 1 : 0;
+  return n;
+}
+
+template <class T> T* alloc_array(size_t n) {
+  return static_cast<T*>(cuda::alloc_pinned(sizeof(T) * (n ? n : 1)));  // zeroed; mapped into GPUs
+}
+
+// Kernels read the per-peer tables on every operation: with the GPU, a copy
+// in GPU memory (the tables do not change once built), else the host table.
+void* device_copy(bool gpu, const void* host, size_t bytes) {
+  if (!gpu) return const_cast<void*>(host);
+  void* d = cuda::alloc_device(bytes);
+  cuda::copy(d, host, bytes);
+  return d;
+}
+
+// One rank's part of a window, as exchanged.
+struct WindowBlob {
+  uint64_t addr = 0, bytes = 0;
+  uint32_t gpu = 0, has_ipc = 0;
+  comm_ipc::Exported ipc{};
+  std::vector<uint8_t> key;  // RemoteKey::serialize()
+};
+
+std::vector<uint8_t> pack(const WindowBlob& b) {
+  std::vector<uint8_t> v(sizeof(uint64_t) * 2 + 8 + sizeof(comm_ipc::Exported) + b.key.size());
+  uint8_t* p = v.data();
+  std::memcpy(p, &b.addr, 8), p += 8;
+  std::memcpy(p, &b.bytes, 8), p += 8;
+  std::memcpy(p, &b.gpu, 4), p += 4;
+  std::memcpy(p, &b.has_ipc, 4), p += 4;
+  std::memcpy(p, &b.ipc, sizeof b.ipc), p += sizeof b.ipc;
+  std::memcpy(p, b.key.data(), b.key.size());
+  return v;
+}
+
+WindowBlob unpack(const std::vector<uint8_t>& v, int rank) {
+  constexpr size_t fixed = 24 + sizeof(comm_ipc::Exported);
+  if (v.size() < fixed)
+    throw Error(ErrorCode::InvalidArgument, "comm: window blob of rank " + std::to_string(rank) + " is " +
+                                                std::to_string(v.size()) + " bytes, less than " + std::to_string(fixed));
+  WindowBlob b;
+  const uint8_t* p = v.data();
+  std::memcpy(&b.addr, p, 8), p += 8;
+  std::memcpy(&b.bytes, p, 8), p += 8;
+  std::memcpy(&b.gpu, p, 4), p += 4;
+  std::memcpy(&b.has_ipc, p, 4), p += 4;
+  std::memcpy(&b.ipc, p, sizeof b.ipc), p += sizeof b.ipc;
+  b.key.assign(p, v.data() + v.size());
+  return b;
+}
+
+const char* op_name(uint32_t op) {
+  static const char* const names[] = {"none",    "put",         "put_value", "get",   "put_signal", "signal",
+                                      "wait_signal", "fetch_add", "compare_swap", "quiet", "fence", "barrier"};
+  return op < sizeof names / sizeof *names ? names[op] : "?";
+}
+
+}  // namespace
+
+struct CommWindow::Impl {
+  bool owned = false, gpu = false;
+  void* local = nullptr;
+  std::unique_ptr<ProxyRegion> region;
+  dev::CommWindowPeer* peers = nullptr;            // pinned
+  void* dev_peers = nullptr;                       // GPU copy of peers (GPU windows), else null
+  std::vector<std::pair<void*, uint64_t>> mapped;  // IPC mappings to close
+  std::vector<WindowBlob> blobs;                   // every rank's part
+  ~Impl() {
+    for (auto& [p, off] : mapped) comm_ipc::close(p, off);
+    region.reset();
+    if (owned) {
+      if (gpu) comm_ipc::free(local);
+      else cuda::free_pinned(local);
+    }
+    cuda::free_pinned(peers);
+    cuda::free_device(dev_peers);
+  }
+};
+
+struct Comm::Impl {
+  Bootstrap* bs = nullptr;
+  int rank = 0, size = 0;
+  bool gpu = false;
+  std::string mode;  // auto, proxy, p2p
+  uint64_t timeout_ns = 0;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Proxy> proxy;
+  std::vector<PeerId> tp_peer;          // rank -> transport peer (own rank: unused)
+  std::vector<ProxyChannel*> channels;  // rank -> channel (proxy peers only)
+  std::vector<uint32_t> path;           // rank -> CommPath
+  std::vector<std::string> reason;
+  std::vector<NodeInfo> nodes;
+  dev::CommPeer* peers = nullptr;       // pinned
+  void* dev_peers = nullptr;            // GPU copy of peers (with the GPU), else null
+  dev::CommState* state = nullptr;      // pinned
+  uint32_t* peer_down = nullptr;        // pinned
+  uint8_t* scratch = nullptr;           // pinned: put_value sources and atomic results of proxy peers
+  std::unique_ptr<ProxyRegion> scratch_region;
+  std::vector<std::unique_ptr<CommWindow>> windows;  // [0]: the barrier window
+  // Monitor: marks peers the transport lost, so that device waits end.
+  std::thread monitor;
+  std::chrono::milliseconds monitor_period{5};
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::vector<std::string> lost;  // under mu
+
+  // Teardown in dependency order (also after a constructor that threw).
+  ~Impl() {
+    if (monitor.joinable()) {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        stopping = true;
+      }
+      cv.notify_all();
+      monitor.join();
+    }
+    if (proxy) proxy->stop();  // posters see WrFlushed for what did not complete
+    windows.clear();           // regions before the proxy, memory after its threads stopped
+    scratch_region.reset();
+    proxy.reset();
+    transport.reset();
+    cuda::free_pinned(scratch);
+    cuda::free_pinned(peers);
+    cuda::free_device(dev_peers);
+    cuda::free_pinned(state);
+    cuda::free_pinned(peer_down);
+  }
+  void setup_proxy_peers(const CommConfig& cfg);
+  void import_keys(CommWindow& w);
+};
+
+CommWindow::~CommWindow() = default;
+
+void CommWindow::publish_peers(int size) {
+  impl_->dev_peers = device_copy(true, impl_->peers, sizeof(dev::CommWindowPeer) * size);
+  h_.peers = static_cast<const dev::CommWindowPeer*>(impl_->dev_peers);
+}
+
+Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.bs = &bs;
+  m.rank = bs.rank();
+  m.size = bs.size();
+  const std::string who = "comm rank " + std::to_string(m.rank);
+  m.mode = cfg.path.empty() ? env::get_str("KINET_COMM_PATH", "auto") : cfg.path;
+  if (m.mode != "auto" && m.mode != "proxy" && m.mode != "p2p")
+    throw Error(ErrorCode::InvalidArgument, who + ": path \"" + m.mode + "\" is not auto, proxy or p2p");
+  if (cfg.slots < 2 || cfg.slots > (1u << 20) || (cfg.slots & (cfg.slots - 1)))
+    throw Error(ErrorCode::InvalidArgument, who + ": slots " + std::to_string(cfg.slots) +
+                                                " is not a power of two in 2..2^20");
+  std::string no_gpu;
+  const bool have_gpu = comm_ipc::available(&no_gpu) && cuda::available();
+  if (cfg.memory == CommConfig::Memory::Gpu && !have_gpu)
+    throw Error(ErrorCode::NotSupported, who + ": GPU memory asked for, but " + no_gpu);
+  m.gpu = cfg.memory == CommConfig::Memory::Gpu || (cfg.memory == CommConfig::Memory::Auto && have_gpu);
+  const uint64_t ms = cfg.timeout.count() > 0 ? static_cast<uint64_t>(cfg.timeout.count()) : default_timeout_ms();
+  m.timeout_ns = std::min<uint64_t>(ms, env::kMaxTimeoutMs) * 1000000ull;
+
+  // Who is where.
+  const NodeInfo me = node_info(m.gpu);
+  for (auto& b : bs.allgather(&me, sizeof me)) {
+    if (b.size() != sizeof(NodeInfo))
+      throw Error(ErrorCode::InvalidArgument, who + ": a peer's node info has " + std::to_string(b.size()) + " bytes");
+    NodeInfo n;
+    std::memcpy(&n, b.data(), sizeof n);
+    n.host[sizeof n.host - 1] = 0;
+    n.boot_id[sizeof n.boot_id - 1] = 0;
+    m.nodes.push_back(n);
+  }
+
+  // The transport, connected to every other rank.
+  TransportOptions to;
+  to.provider = cfg.transport;
+  to.name = "rank " + std::to_string(m.rank);
+  m.transport = Transport::open(to);
+  const auto addrs = [&] {
+    const auto a = m.transport->address();
+    return bs.allgather(a.data(), a.size());
+  }();
+  m.tp_peer.assign(m.size, 0);
+  for (int r = 0; r < m.size; ++r)
+    if (r != m.rank) m.tp_peer[r] = m.transport->connect(addrs[r], "rank " + std::to_string(r));
+  bs.barrier();  // everyone connected to everyone before operations flow
+
+  // Paths, first guess: p2p where the memory could be mapped; the barrier
+  // window's mapping below confirms it.
+  m.path.assign(m.size, uint32_t(CommPath::Proxy));
+  m.reason.assign(m.size, "");
+  for (int r = 0; r < m.size; ++r) {
+    if (r == m.rank) {
+      m.path[r] = uint32_t(CommPath::Self);
+      m.reason[r] = "this rank: local copies";
+      continue;
+    }
+    const NodeInfo& n = m.nodes[r];
+    std::string why;
+    if (m.mode == "proxy") why = "KINET_COMM_PATH/CommConfig::path is proxy";
+    else if (!m.gpu) why = "windows in host memory (no GPU here" + (no_gpu.empty() ? std::string() : ": " + no_gpu) + "); CUDA IPC maps GPU memory only";
+    else if (!n.gpu) why = "rank " + std::to_string(r) + " keeps its windows in host memory";
+    else if (std::strcmp(n.host, me.host) != 0 || std::strcmp(n.boot_id, me.boot_id) != 0)
+      why = std::string("another host (") + n.host + ")";
+    if (why.empty()) {
+      m.path[r] = uint32_t(CommPath::P2p);
+      m.reason[r] = "same host, GPU memory mapped through CUDA IPC";
+    } else {
+      if (m.mode == "p2p")
+        throw Error(ErrorCode::NotSupported, who + ": path p2p to rank " + std::to_string(r) + " impossible: " + why);
+      m.reason[r] = why;
+    }
+  }
+
+  m.proxy = std::make_unique<Proxy>(*m.transport);
+  m.peers = alloc_array<dev::CommPeer>(m.size);
+  m.state = alloc_array<dev::CommState>(1);
+  m.state->err_peer = -1;
+  m.peer_down = alloc_array<uint32_t>(m.size);
+  m.channels.assign(m.size, nullptr);
+
+  // The barrier window: one arrival counter per rank. Maps p2p peers (and
+  // demotes those that fail to the proxy), then sets up the proxy peers.
+  m.lost.assign(m.size, "");
+  add_window(nullptr, static_cast<size_t>(m.size) * 8, true);
+  m.setup_proxy_peers(cfg);
+  m.import_keys(*m.windows[0]);
+  if (m.gpu) {
+    m.dev_peers = device_copy(true, m.peers, sizeof(dev::CommPeer) * m.size);
+    m.windows[0]->publish_peers(m.size);
+  }
+  m.monitor_period = cfg.monitor_period.count() > 0 ? cfg.monitor_period : std::chrono::milliseconds(5);
+
+  m.monitor = std::thread([&i = m] {
+    std::unique_lock<std::mutex> lk(i.mu);
+    while (!i.stopping) {
+      for (int r = 0; r < i.size; ++r) {
+        if (r == i.rank || !i.lost[r].empty()) continue;
+        std::string e = i.transport->peer_error(i.tp_peer[r]);
+        if (e.empty()) continue;
+        i.lost[r] = e;
+        KINET_LOG(Warn, "comm rank %d: rank %d lost: %s", i.rank, r, e.c_str());
+        store_release<Scope::System>(&i.peer_down[r], 1u);
+      }
+      i.cv.wait_for(lk, i.monitor_period);
+    }
+  });
+}
+
+Comm::~Comm() = default;
+
+void Comm::Impl::setup_proxy_peers(const CommConfig& cfg) {
+  size_t nproxy = 0;
+  for (int r = 0; r < size; ++r) nproxy += path[r] == uint32_t(CommPath::Proxy);
+  const size_t per_peer = size_t{cfg.slots} * (sizeof(uint64_t) + sizeof(dev::CommAtomicSlot));
+  if (nproxy) {
+    scratch = static_cast<uint8_t*>(cuda::alloc_pinned(per_peer * nproxy));
+    scratch_region = proxy->register_memory(scratch, per_peer * nproxy, kLocalWrite);
+  }
+  ProxyChannelConfig cc;
+  cc.slots = cfg.slots;
+  cc.posters = gpu ? Posters::Gpu : Posters::Host;
+  cc.timeout = std::chrono::milliseconds(timeout_ns / 1000000);
+  size_t k = 0;
+  for (int r = 0; r < size; ++r) {
+    dev::CommPeer& p = peers[r];
+    p.path = path[r];
+    if (path[r] != uint32_t(CommPath::Proxy)) continue;
+    channels[r] = &proxy->channel(tp_peer[r], cc);
+    p.ch = channels[r]->handle();
+    p.scratch_lkey = scratch_region->lkey().be;
+    uint8_t* base = scratch + per_peer * k++;
+    p.put_scratch = reinterpret_cast<uint64_t*>(base);
+    p.atomic_scratch = reinterpret_cast<dev::CommAtomicSlot*>(base + size_t{cfg.slots} * sizeof(uint64_t));
+  }
+}
+
+void Comm::Impl::import_keys(CommWindow& w) {
+  for (int r = 0; r < size; ++r) {
+    if (path[r] != uint32_t(CommPath::Proxy)) continue;
+    const auto& key = w.impl_->blobs[r].key;
+    w.impl_->peers[r].rkey = channels[r]->import_key(RemoteKey::deserialize(key.data(), key.size())).be;
+  }
+}
+
+CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned) {
+  Impl& m = *impl_;
+  const std::string who = "comm rank " + std::to_string(m.rank) + ": window " + std::to_string(m.windows.size());
+  if (bytes == 0) throw Error(ErrorCode::InvalidArgument, who + ": 0 bytes");
+  if (!owned && !ptr) throw Error(ErrorCode::InvalidArgument, who + ": null pointer");
+  auto w = std::unique_ptr<CommWindow>(new CommWindow);
+  w->impl_ = std::make_unique<CommWindow::Impl>();
+  CommWindow::Impl& wi = *w->impl_;
+  wi.owned = owned;
+  wi.gpu = owned ? m.gpu : cuda::pointer_kind(ptr) == MemoryKind::Gpu;
+  wi.local = owned ? (wi.gpu ? comm_ipc::alloc(bytes) : cuda::alloc_pinned(bytes)) : ptr;
+  wi.peers = alloc_array<dev::CommWindowPeer>(m.size);
+  w->gpu_ = wi.gpu;
+  w->h_.id = static_cast<uint32_t>(m.windows.size());
+  w->h_.local = static_cast<uint8_t*>(wi.local);
+  w->h_.bytes = bytes;
+  w->h_.peers = wi.peers;
+  wi.region = m.proxy->register_memory(wi.local, bytes, kAccessAll, wi.gpu ? MemoryKind::Gpu : MemoryKind::Host);
+  w->h_.lkey = wi.region->lkey().be;
+
+  WindowBlob mine;
+  mine.addr = reinterpret_cast<uint64_t>(wi.local);
+  mine.bytes = bytes;
+  mine.gpu = wi.gpu;
+  mine.key = wi.region->remote_key().serialize();
+  std::string no_export;
+  bool any_p2p = false;
+  for (uint32_t p : m.path) any_p2p |= p == uint32_t(CommPath::P2p);
+  if (wi.gpu && any_p2p) mine.has_ipc = comm_ipc::export_memory(wi.local, &mine.ipc, &no_export);
+  const auto packed = pack(mine);
+  const auto all = m.bs->allgather(packed.data(), packed.size());
+  for (int r = 0; r < m.size; ++r) wi.blobs.push_back(unpack(all[r], r));
+  for (int r = 1; r < m.size; ++r)  // the same text on every rank
+    if (wi.blobs[r].bytes != wi.blobs[0].bytes)
+      throw Error(ErrorCode::InvalidArgument, who + ": not symmetric: rank 0 has " + std::to_string(wi.blobs[0].bytes) +
+                                                  " bytes, rank " + std::to_string(r) + " has " +
+                                                  std::to_string(wi.blobs[r].bytes));
+  m.windows.push_back(std::move(w));
+  CommWindow& win = *m.windows.back();
+  const bool first = win.h_.id == 0;  // the barrier window, while paths are still being decided
+  for (int r = 0; r < m.size; ++r) {
+    dev::CommWindowPeer& p = wi.peers[r];
+    p.raddr = wi.blobs[r].addr;
+    if (r == m.rank) {
+      p.mapped = win.h_.local;
+      continue;
+    }
+    if (m.path[r] != uint32_t(CommPath::P2p)) continue;
+    std::string why;
+    void* mapped = nullptr;
+    if (!wi.blobs[r].gpu) why = "rank " + std::to_string(r) + "'s part is host memory";
+    else if (!wi.blobs[r].has_ipc) why = "rank " + std::to_string(r) + " could not export its part";
+    else if (!mine.has_ipc && !no_export.empty()) why = "this rank could not export its part: " + no_export;
+    else mapped = comm_ipc::open(wi.blobs[r].ipc, &why);
+    if (mapped) {
+      p.mapped = static_cast<uint8_t*>(mapped);
+      wi.mapped.emplace_back(mapped, wi.blobs[r].ipc.offset);
+      continue;
+    }
+    if (!first || m.mode == "p2p")
+      throw Error(first ? ErrorCode::NotSupported : ErrorCode::System,
+                  who + ": p2p mapping of rank " + std::to_string(r) + "'s part failed: " + why);
+    m.path[r] = uint32_t(CommPath::Proxy);
+    m.reason[r] = "CUDA IPC mapping failed: " + why;
+  }
+  if (!first) {
+    m.import_keys(win);
+    if (wi.gpu) win.publish_peers(m.size);
+  }
+  return win;
+}
+
+CommWindow& Comm::alloc_symmetric(size_t bytes) { return add_window(nullptr, bytes, true); }
+CommWindow& Comm::register_window(void* ptr, size_t bytes) { return add_window(ptr, bytes, false); }
+
+int Comm::rank() const { return impl_->rank; }
+int Comm::size() const { return impl_->size; }
+bool Comm::gpu() const { return impl_->gpu; }
+Transport& Comm::transport() const { return *impl_->transport; }
+Proxy& Comm::proxy() const { return *impl_->proxy; }
+void Comm::barrier() { impl_->bs->barrier(); }
+
+dev::CommHandle Comm::device_handle() const {
+  const Impl& m = *impl_;
+  dev::CommHandle h;
+  h.rank = m.rank;
+  h.size = m.size;
+  h.pad = 0;
+  h.peers = m.dev_peers ? static_cast<const dev::CommPeer*>(m.dev_peers) : m.peers;
+  h.state = m.state;
+  h.peer_down = m.peer_down;
+  h.timeout_ns = m.timeout_ns;
+  h.barrier = m.windows[0]->handle();
+  return h;
+}
+
+dev::CommPath Comm::path(int peer) const {
+  if (peer < 0 || peer >= impl_->size)
+    throw Error(ErrorCode::InvalidArgument, "comm rank " + std::to_string(impl_->rank) + ": peer " +
+                                                std::to_string(peer) + " out of range 0.." + std::to_string(impl_->size - 1));
+  return static_cast<dev::CommPath>(impl_->path[peer]);
+}
+
+std::string Comm::path_reason(int peer) const {
+  path(peer);
+  return impl_->reason[peer];
+}
+
+std::string Comm::report() const {
+  const Impl& m = *impl_;
+  std::string s;
+  for (int r = 0; r < m.size; ++r) {
+    s += "rank " + std::to_string(m.rank) + " -> rank " + std::to_string(r) + ": " + dev::comm_path_name(m.path[r]);
+    if (m.path[r] == uint32_t(CommPath::Proxy)) s += std::string(" over ") + m.transport->describe();
+    if (m.path[r] == uint32_t(CommPath::P2p)) s += " (" + comm_ipc::device_name() + ")";
+    s += ": " + m.reason[r] + "\n";
+  }
+  return s;
+}
+
+std::string Comm::peer_error(int peer) const {
+  const Impl& m = *impl_;
+  path(peer);
+  if (peer == m.rank) return "";
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    if (!m.lost[peer].empty()) return m.lost[peer];
+  }
+  std::string e = m.transport->peer_error(m.tp_peer[peer]);
+  if (e.empty() && m.channels[peer]) e = m.channels[peer]->last_error();
+  return e;
+}
+
+std::string Comm::device_error() const {
+  const Impl& m = *impl_;
+  const int32_t st = load_acquire<Scope::System>(&m.state->err_status);
+  if (st == 0) return "";
+  const dev::CommState& s = *m.state;
+  std::string e = "comm rank " + std::to_string(m.rank) + ": " + op_name(s.err_op);
+  if (s.err_peer >= 0) e += " (rank " + std::to_string(s.err_peer) + ")";
+  if (s.err_window != ~0u) e += " window " + std::to_string(s.err_window) + " offset " + std::to_string(s.err_offset);
+  e += std::string(": ") + status_string(static_cast<Status>(st));
+  const auto op = static_cast<dev::CommOp>(s.err_op);
+  if (op == dev::CommOp::WaitSignal)
+    e += " (waited for " + std::to_string(s.err_expected) + ", saw " + std::to_string(s.err_seen) + ")";
+  if (op == dev::CommOp::Barrier)
+    e += " (waited for rank " + std::to_string(s.err_peer) + " to arrive at barrier " + std::to_string(s.err_expected) +
+         ", it had arrived at " + std::to_string(s.err_seen) + ")";
+  if (s.err_peer >= 0 && s.err_peer < m.size && s.err_peer != m.rank)
+    if (std::string pe = peer_error(s.err_peer); !pe.empty()) e += ": " + pe;
+  return e;
+}
+
+}  // namespace kinet

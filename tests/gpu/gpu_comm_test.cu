@@ -1,0 +1,127 @@
+// kinet GPU test: the communicator's device API from kernels, two processes
+// on one GPU, once over the p2p path (CUDA IPC) and once over the proxy path
+// (tcp). Every operation, the warp and CTA puts, data verified byte for byte.
+// The processes are forked before any CUDA call (tests/multiproc/
+// comm_ranks.hpp); exit code 77 = skipped (no GPU).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <kinet/comm.hpp>
+
+#include "../multiproc/comm_ranks.hpp"
+
+namespace {
+using namespace kinet;
+using dev::Cmp;
+using dev::SigOp;
+
+constexpr uint64_t kSrc = 0, kData = 16 << 10, kGet = 24 << 10, kWarp = 32 << 10, kCta = 40 << 10, kVal = 56 << 10,
+                   kSig = kVal + 64, kAtom = kVal + 128, kCas = kVal + 136, kWin = 64 << 10;
+constexpr uint64_t kLen = 2000, kWarpLen = 4096, kCtaLen = 8192;
+
+__host__ __device__ uint8_t pat(int rank, uint64_t i) { return uint8_t((i * 2654435761u >> 11) ^ (rank * 37 + 1)); }
+
+// One thread: every operation to the other rank; step[0] = the first failing step, step[1] its status.
+__global__ void k_ops(dev::CommHandle c, dev::WindowHandle w, int* step) {
+  const int p = 1 - c.rank;
+  uint64_t old = 0;
+  Status s = Status::Ok;
+  int i = 0;
+  auto ok = [&](Status st) { ++i; s = st; return st == Status::Ok; };
+  if (ok(dev::put(c, p, w, kData, w, kSrc, kLen - 1)) && ok(dev::put_value(c, p, w, kVal, 0x1122334455667788ull)) &&
+      ok(dev::put_value(c, p, w, kVal + 8, 0xa1b2c3ull, 3)) && ok(dev::get(c, p, w, kGet, w, kSrc, kLen)) &&
+      ok(dev::fetch_add(c, p, w, kAtom, c.rank + 1, &old)) && ok(dev::compare_swap(c, p, w, kCas, 0, c.rank + 7, &old)) &&
+      ok(dev::put_signal(c, p, w, kData + kLen - 1, w, kSrc + kLen - 1, 1, w, kSig, SigOp::Add, 1)) &&
+      ok(dev::signal(c, p, w, kSig + 8, SigOp::Set, 42)) && ok(dev::quiet(c)) &&
+      ok(dev::wait_signal(c, w, kSig, Cmp::Ge, 1, p)) && ok(dev::wait_signal(c, w, kSig + 8, Cmp::Eq, 42, p)) &&
+      ok(dev::barrier(c)))
+    i = 0;
+  step[0] = i;
+  step[1] = int(s);
+}
+
+// A warp, then the whole CTA, move one buffer each; thread 0 signals and waits.
+__global__ void k_group(dev::CommHandle c, dev::WindowHandle w, int* step) {
+  const int p = 1 - c.rank;
+  Status s = Status::Ok;
+  if (threadIdx.x < 32) s = dev::warp_put(c, p, w, kWarp, w, kSrc, kWarpLen);
+  if (s != Status::Ok) step[0] = 1, step[1] = int(s);
+  s = dev::cta_put(c, p, w, kCta, w, kSrc, kCtaLen);
+  if (s != Status::Ok) step[0] = 2, step[1] = int(s);
+  if (threadIdx.x == 0 && step[0] == 0) {
+    if ((s = dev::signal(c, p, w, kSig + 16, SigOp::Add, 1)) != Status::Ok) step[0] = 3, step[1] = int(s);
+    else if ((s = dev::wait_signal(c, w, kSig + 16, Cmp::Ge, 1, p)) != Status::Ok) step[0] = 4, step[1] = int(s);
+    else if ((s = dev::barrier(c)) != Status::Ok) step[0] = 5, step[1] = int(s);
+  }
+}
+
+std::string run(int r, Bootstrap& bs, const std::string& path) {
+  int ngpu = 0;
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) return "SKIP";
+  CommConfig cfg;
+  cfg.transport = "tcp";
+  cfg.path = path;
+  cfg.memory = CommConfig::Memory::Gpu;
+  cfg.timeout = std::chrono::milliseconds(20000);
+  Comm comm(bs, cfg);
+  const auto want = path == "p2p" ? dev::CommPath::P2p : dev::CommPath::Proxy;
+  if (comm.path(1 - r) != want) return "path: " + comm.report();
+  CommWindow& win = comm.alloc_symmetric(kWin);
+  std::vector<uint8_t> h(kWin);
+  for (uint64_t i = 0; i < kCtaLen; ++i) h[kSrc + i] = pat(r, i);
+  if (cudaMemcpy(win.local(), h.data(), kCtaLen, cudaMemcpyHostToDevice) != cudaSuccess) return "memcpy in";
+  comm.barrier();
+  int* step = nullptr;
+  cudaMalloc(&step, 8);
+  cudaMemset(step, 0, 8);
+  k_ops<<<1, 1>>>(comm.device_handle(), win.handle(), step);
+  k_group<<<1, 256>>>(comm.device_handle(), win.handle(), step);
+  int hs[2] = {-1, -1};
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(hs, step, 8, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return "kernel failed";
+  if (hs[0] != 0)
+    return "step " + std::to_string(hs[0]) + ": " + status_string(Status(hs[1])) + " " + comm.device_error();
+  comm.barrier();
+  cudaMemcpy(h.data(), win.local(), kWin, cudaMemcpyDeviceToHost);
+  const int p = 1 - r;
+  for (uint64_t i = 0; i < kLen; ++i)
+    if (h[kData + i] != pat(p, i) || h[kGet + i] != pat(p, i)) return "data/get byte " + std::to_string(i);
+  for (uint64_t i = 0; i < kWarpLen; ++i)
+    if (h[kWarp + i] != pat(p, i)) return "warp_put byte " + std::to_string(i);
+  for (uint64_t i = 0; i < kCtaLen; ++i)
+    if (h[kCta + i] != pat(p, i)) return "cta_put byte " + std::to_string(i);
+  uint64_t v[4];
+  std::memcpy(v, &h[kVal], 16);
+  std::memcpy(v + 2, &h[kAtom], 16);
+  if (v[0] != 0x1122334455667788ull || v[1] != 0xa1b2c3ull) return "put_value";
+  if (v[2] != uint64_t(p) + 1 || v[3] != uint64_t(p) + 7) return "atomics " + std::to_string(v[2]) + " " + std::to_string(v[3]);
+  cudaFree(step);
+  comm.barrier();
+  return "";
+}
+}  // namespace
+
+int main() {
+  setenv("KINET_SOCKET_IFNAME", "lo", 1);
+  int rc = 0;
+  for (const std::string path : {"p2p", "proxy"}) {
+    auto res = kinet::test::run_ranks(2, [&](int r, int, Bootstrap& bs) { return run(r, bs, path); },
+                                      std::chrono::seconds(120));
+    bool skip = false;
+    for (size_t r = 0; r < res.size(); ++r) {
+      skip |= res[r].out == "SKIP";
+      if (res[r].out != "SKIP" && (res[r].exit_code != 0 || res[r].timed_out)) {
+        std::printf("FAIL %s rank %zu: exit %d%s: %s\n", path.c_str(), r, res[r].exit_code,
+                    res[r].timed_out ? " (timed out)" : "", res[r].out.c_str());
+        rc = 1;
+      }
+    }
+    if (skip) return std::printf("SKIPPED: no GPU\n"), 77;
+    std::printf("%s %s\n", rc ? "  FAILED" : "      OK", path.c_str());
+  }
+  return rc;
+}
