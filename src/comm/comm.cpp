@@ -137,7 +137,8 @@ struct Comm::Impl {
   void* dev_peers = nullptr;            // GPU copy of peers (with the GPU), else null
   dev::CommState* state = nullptr;      // pinned
   uint32_t* peer_down = nullptr;        // pinned
-  uint8_t* scratch = nullptr;           // pinned: put_value sources and atomic results of proxy peers
+  uint8_t* scratch = nullptr;           // put_value sources and atomic results of proxy peers
+  bool scratch_on_gpu = false;          // GPU memory (kernels post) or pinned host memory (host threads)
   std::unique_ptr<ProxyRegion> scratch_region;
   std::vector<std::unique_ptr<CommWindow>> windows;  // [0]: the barrier window
   // Monitor: marks peers the transport lost, so that device waits end.
@@ -163,7 +164,8 @@ struct Comm::Impl {
     scratch_region.reset();
     proxy.reset();
     transport.reset();
-    cuda::free_pinned(scratch);
+    if (scratch_on_gpu) cuda::free_device(scratch);
+    else cuda::free_pinned(scratch);
     cuda::free_pinned(peers);
     cuda::free_device(dev_peers);
     cuda::free_pinned(state);
@@ -295,8 +297,14 @@ void Comm::Impl::setup_proxy_peers(const CommConfig& cfg) {
   for (int r = 0; r < size; ++r) nproxy += path[r] == uint32_t(CommPath::Proxy);
   const size_t per_peer = size_t{cfg.slots} * (sizeof(uint64_t) + sizeof(dev::CommAtomicSlot));
   if (nproxy) {
-    scratch = static_cast<uint8_t*>(cuda::alloc_pinned(per_peer * nproxy));
-    scratch_region = proxy->register_memory(scratch, per_peer * nproxy, kLocalWrite);
+    // Kernels claim atomic slots with system-scope CAS: in GPU memory, since
+    // GPU atomics on pinned host memory are not atomic over most PCIe links
+    // (the H200 run timed out claiming a slot there). The proxy writes results
+    // into it through the transport's GPU-region copies.
+    scratch_on_gpu = gpu;
+    scratch = static_cast<uint8_t*>(gpu ? cuda::alloc_device(per_peer * nproxy) : cuda::alloc_pinned(per_peer * nproxy));
+    scratch_region = proxy->register_memory(scratch, per_peer * nproxy, kLocalWrite,
+                                            gpu ? MemoryKind::Gpu : MemoryKind::Host);
   }
   ProxyChannelConfig cc;
   cc.slots = cfg.slots;
