@@ -278,6 +278,10 @@ void two_process_transfer(const NetnsPair* ns, bool kill_sender) {
       size_t room = buf.size();
       int tag = 42, done = 0, got = -1;
       void* req;
+      // Killed: receive only once the sender is gone, so it could send no
+      // more than the socket buffers hold (a reader draining as it writes
+      // would let the whole message through before the kill).
+      if (kill_sender) RANK_CHECK(rank, wait_for([&] { return sh->phase.load() == 1; }, [] { std::this_thread::yield(); }));
       RANK_CHECK(rank, n.irecv(r, 1, &d, &room, &tag, &mh, nullptr, &req) == kSuccess && req);
       Result res = kSuccess;
       auto t0 = std::chrono::steady_clock::now();
@@ -303,7 +307,10 @@ void two_process_transfer(const NetnsPair* ns, bool kill_sender) {
     void* req;
     // Killed: only the first part of the message goes out.
     RANK_CHECK(rank, n.isend(s, buf.data(), kBytes, 42, mh, nullptr, &req) == kSuccess && req);
-    if (kill_sender) raise(SIGKILL);
+    if (kill_sender) {
+      sh->phase.store(1);  // the receiver starts reading after this
+      raise(SIGKILL);
+    }
     int done = 0, got = -1;
     Result res = kSuccess;
     wait_for([&] { return done || res != kSuccess; }, [&] { res = n.test(req, &done, &got); });
