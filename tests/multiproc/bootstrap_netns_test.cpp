@@ -37,7 +37,8 @@ TEST_F(TwoNamespaces, RanksFindEachOtherThroughTheSelectedInterface) {
   std::remove(file.c_str());
   // Rank 0 creates the id in namespace A (the root runs there).
   std::vector<kinet::test::Proc> ps;
-  ps.push_back(start(0, "=" + net_.ifname[0], {"--create-id", file, "--rank", "0", "--nranks", "2", "--timeout", "15000"}));
+  ps.push_back(
+      start(0, "=" + net_.ifname[0], {"--create-id", file, "--rank", "0", "--nranks", "2", "--timeout", "15000"}));
   std::string hex;
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (hex.empty() && std::chrono::steady_clock::now() < deadline) {
