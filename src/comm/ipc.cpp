@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/dl_util.hpp"
 #include "kinet/kinet.hpp"
 
 namespace kinet::comm_ipc {
@@ -32,18 +33,13 @@ struct Api {
 };
 constexpr unsigned kLazyEnablePeerAccess = 1;  // cudaIpcMemLazyEnablePeerAccess
 
-template <class F> bool sym(void* h, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(h, name));
-  return f != nullptr;
-}
+using dl::sym;
 
 const Api& api() {
   static Api a;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* h = nullptr;
-    for (const char* n : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"})
-      if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
+    void* h = dl::open_cudart();
     if (!h) {
       a.why = "no CUDA runtime (libcudart) found";
       return;

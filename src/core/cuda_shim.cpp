@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/dl_util.hpp"
 #include "core/log.hpp"
 
 #if KINET_HAVE_CUDA_HEADERS
@@ -49,19 +50,13 @@ struct Api {
   decltype(&::cuMemGetHandleForAddressRange) memGetHandleForAddressRange = nullptr;
 };
 
-template <class F> bool sym(void* h, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(h, name));
-  return f != nullptr;
-}
+using dl::sym;
 
 const Api& api() {
   static Api a;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* h = nullptr;
-    for (const char* n : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
-      if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
-    }
+    void* h = dl::open_cudart();
     if (!h) {
       KINET_LOG(Debug, "no CUDA runtime (libcudart) found: GPU memory unavailable");
       return;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "kinet/status.hpp"
+#include "netns.hpp"
 #include "proc_util.hpp"
 
 namespace {
@@ -152,46 +153,25 @@ TEST_P(FabricLoopback, StalledPeerEndsInThePeerTimeout) {
 INSTANTIATE_TEST_SUITE_P(Transport, FabricLoopback, ::testing::Values("tcp", "shm", "auto"), name_of);
 
 // ---- two namespaces ---------------------------------------------------------
-bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
-
 class FabricNetns : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    const std::string tag = std::to_string(getpid());
-    ns_a_ = "kinet_fab_a" + tag;
-    ns_b_ = "kinet_fab_b" + tag;
-    const std::string t8 = tag.substr(tag.size() > 8 ? tag.size() - 8 : 0);
-    if_a_ = "kfa" + t8;
-    if_b_ = "kfb" + t8;
-    bool ok = sh("ip netns add " + ns_a_) && (made_a_ = true) && sh("ip netns add " + ns_b_) && (made_b_ = true) &&
-              sh("ip link add " + if_a_ + " netns " + ns_a_ + " type veth peer name " + if_b_ + " netns " + ns_b_) &&
-              sh("ip -n " + ns_a_ + " addr add 10.214.0.1/24 dev " + if_a_) &&
-              sh("ip -n " + ns_b_ + " addr add 10.214.0.2/24 dev " + if_b_) &&
-              sh("ip -n " + ns_a_ + " link set " + if_a_ + " up") && sh("ip -n " + ns_b_ + " link set " + if_b_ + " up") &&
-              sh("ip -n " + ns_a_ + " link set lo up") && sh("ip -n " + ns_b_ + " link set lo up");
-    if (!ok) GTEST_SKIP() << "cannot create network namespaces and a veth pair (needs root and ip netns)";
-    std::string ip = "/usr/sbin/ip";
-    if (access(ip.c_str(), X_OK) != 0) ip = "/sbin/ip";
-    w_.prefix[0] = {ip, "netns", "exec", ns_a_};
-    w_.prefix[1] = {ip, "netns", "exec", ns_b_};
-    w_.ifname[0] = "=" + if_a_;
-    w_.ifname[1] = "=" + if_b_;
+    if (!net_.create()) GTEST_SKIP() << kinet::test::kNetnsSkip;
+    for (int i = 0; i < 2; ++i) {
+      w_.prefix[i] = net_.exec_prefix(i);
+      w_.ifname[i] = "=" + net_.ifname[i];
+    }
     w_.fabric = GetParam();
     w_.via = "tcp";  // auto: another network namespace is another host
   }
-  void TearDown() override {
-    if (made_a_) sh("ip netns del " + ns_a_);  // deletes the veth pair too
-    if (made_b_) sh("ip netns del " + ns_b_);
-  }
-  std::string ns_a_, ns_b_, if_a_, if_b_;
-  bool made_a_ = false, made_b_ = false;
+  kinet::test::NetnsPair net_{"fab", "f", "10.214.0"};
   Where w_;
 };
 
 TEST_P(FabricNetns, EveryOperationVerified) { every_operation(w_); }
 TEST_P(FabricNetns, KillNineOfThePeer) { kill_peer(w_); }
 TEST_P(FabricNetns, LinkCutEndsInThePeerTimeout) {
-  w_.cut_if = if_b_;
+  w_.cut_if = net_.ifname[1];
   auto ps = run_pair(w_, "cut", 60s);
   expect_ok(ps);
   // No RST crosses a link that is down: the answer's absence is noticed after

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "kinet/transport.hpp"
@@ -59,6 +60,35 @@ struct TargetProc {
   }
 };
 
+// A requester `t` and a target helper connected to it (`tp`).
+class OfiTransportTwoProcesses : public ::testing::Test {
+ protected:
+  // Opens `t` (operations time out after `timeout`) and starts the target;
+  // Skipped where libfabric can't open. Callers return when IsSkipped() or
+  // HasFatalFailure().
+  void connect(std::chrono::milliseconds timeout) {
+    std::string skip;
+    t = open_ofi(timeout, &skip);
+    if (!t) GTEST_SKIP() << skip;
+    tp.emplace(*t);
+    ASSERT_GT(tp->h.pid, 0);
+    if (!tp->skip.empty()) GTEST_SKIP() << tp->skip;
+  }
+  // connect(), imports the rw key as `k` and completes one put (wr_id 1) Ok.
+  void connect_and_put(std::chrono::milliseconds timeout) {
+    connect(timeout);
+    if (IsSkipped() || HasFatalFailure()) return;
+    k = t->import_key(tp->peer, tp->rw);
+    s.emplace(*t, tp->peer, tp->rw, tp->ro);
+    EXPECT_EQ(s->run([&] { return t->put(tp->peer, &v, 8, k, tp->rw.addr, 1); }, 1), Status::Ok);
+  }
+  std::unique_ptr<Transport> t;
+  std::optional<TargetProc> tp;
+  std::optional<Scenario> s;
+  uint32_t k = 0;
+  uint64_t v = 5;
+};
+
 TEST(OfiTransport, OpensAmongTheProviders) {
   const auto names = Transport::providers();
   const auto at = std::find(names.begin(), names.end(), "ofi");
@@ -72,20 +102,16 @@ TEST(OfiTransport, OpensAmongTheProviders) {
   EXPECT_NE(t->node(), 0u);
 }
 
-TEST(OfiTransportTwoProcesses, EveryOperationByteForByteAndRejectionsTouchNothing) {
-  std::string skip;
-  auto t = open_ofi(20s, &skip);
-  if (!t) GTEST_SKIP() << skip;
-  TargetProc tp(*t);
-  ASSERT_GT(tp.h.pid, 0);
-  if (!tp.skip.empty()) GTEST_SKIP() << tp.skip;
+TEST_F(OfiTransportTwoProcesses, EveryOperationByteForByteAndRejectionsTouchNothing) {
+  connect(20s);
+  if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_FALSE(HasFailure());
-  Scenario s{*t, tp.peer, tp.rw, tp.ro};
-  EXPECT_EQ(s.go(), "");
-  EXPECT_EQ(t->peer_error(tp.peer), "");
-  tp.h.close_in();
-  EXPECT_EQ(tp.h.next_line(30s), "GUARDS ok RO ok");
-  EXPECT_EQ(tp.h.wait(20s), 0);
+  Scenario sc{*t, tp->peer, tp->rw, tp->ro};
+  EXPECT_EQ(sc.go(), "");
+  EXPECT_EQ(t->peer_error(tp->peer), "");
+  tp->h.close_in();
+  EXPECT_EQ(tp->h.next_line(30s), "GUARDS ok RO ok");
+  EXPECT_EQ(tp->h.wait(20s), 0);
 }
 
 // kill -9 of an idle target: the next operation's request fails to send
@@ -93,48 +119,32 @@ TEST(OfiTransportTwoProcesses, EveryOperationByteForByteAndRejectionsTouchNothin
 // reconnect: ofi_channel.hpp), the operation completes TransportRetryExceeded
 // with "peer lost: fi_sendmsg to target <failed: reason | refused ...>" well
 // before the 20 s timeout; later ones are flushed at once.
-TEST(OfiTransportTwoProcesses, KilledTargetFailsTheNextOperation) {
-  std::string skip;
-  auto t = open_ofi(20s, &skip);
-  if (!t) GTEST_SKIP() << skip;
-  TargetProc tp(*t);
-  ASSERT_GT(tp.h.pid, 0);
-  if (!tp.skip.empty()) GTEST_SKIP() << tp.skip;
-  const uint32_t k = t->import_key(tp.peer, tp.rw);
-  Scenario s{*t, tp.peer, tp.rw, tp.ro};
-  uint64_t v = 5;
-  EXPECT_EQ(s.run([&] { return t->put(tp.peer, &v, 8, k, tp.rw.addr, 1); }, 1), Status::Ok);
-  kill(tp.h.pid, SIGKILL);
-  ASSERT_EQ(tp.h.wait(20s), 128 + SIGKILL);
+TEST_F(OfiTransportTwoProcesses, KilledTargetFailsTheNextOperation) {
+  connect_and_put(20s);
+  if (IsSkipped() || HasFatalFailure()) return;
+  kill(tp->h.pid, SIGKILL);
+  ASSERT_EQ(tp->h.wait(20s), 128 + SIGKILL);
   const auto t0 = Clock::now();
-  EXPECT_EQ(s.run([&] { return t->put(tp.peer, &v, 8, k, tp.rw.addr, 2); }, 2), Status::TransportRetryExceeded);
+  EXPECT_EQ(s->run([&] { return t->put(tp->peer, &v, 8, k, tp->rw.addr, 2); }, 2), Status::TransportRetryExceeded);
   EXPECT_LT(Clock::now() - t0, 10s) << "noticed only by the 20 s timeout";
-  EXPECT_EQ(t->peer_error(tp.peer).rfind("peer lost: fi_sendmsg to target ", 0), 0u) << t->peer_error(tp.peer);
-  EXPECT_EQ(s.run([&] { return t->get(tp.peer, &v, 8, k, tp.rw.addr, 3); }, 3), Status::WrFlushed);
+  EXPECT_EQ(t->peer_error(tp->peer).rfind("peer lost: fi_sendmsg to target ", 0), 0u) << t->peer_error(tp->peer);
+  EXPECT_EQ(s->run([&] { return t->get(tp->peer, &v, 8, k, tp->rw.addr, 3); }, 3), Status::WrFlushed);
   EXPECT_EQ(t->outstanding(), 0u);
 }
 
 // kill -9 of a target that holds a request: the channel's liveness probes
 // (ofi_channel.hpp) fail, so the operation ends TransportRetryExceeded with
 // "peer lost: ..." well before the engine's 20 s timeout.
-TEST(OfiTransportTwoProcesses, TargetKilledWithARequestInFlightIsLost) {
-  std::string skip;
-  auto t = open_ofi(20s, &skip);
-  if (!t) GTEST_SKIP() << skip;
-  TargetProc tp(*t);
-  ASSERT_GT(tp.h.pid, 0);
-  if (!tp.skip.empty()) GTEST_SKIP() << tp.skip;
-  const uint32_t k = t->import_key(tp.peer, tp.rw);
-  Scenario s{*t, tp.peer, tp.rw, tp.ro};
-  uint64_t v = 5;
-  EXPECT_EQ(s.run([&] { return t->put(tp.peer, &v, 8, k, tp.rw.addr, 1); }, 1), Status::Ok);
-  kill(tp.h.pid, SIGSTOP);
-  ASSERT_EQ(t->get(tp.peer, &v, 8, k, tp.rw.addr, 2), Status::Ok);
+TEST_F(OfiTransportTwoProcesses, TargetKilledWithARequestInFlightIsLost) {
+  connect_and_put(20s);
+  if (IsSkipped() || HasFatalFailure()) return;
+  kill(tp->h.pid, SIGSTOP);
+  ASSERT_EQ(t->get(tp->peer, &v, 8, k, tp->rw.addr, 2), Status::Ok);
   Completion c[4];
   const auto until = Clock::now() + 300ms;  // the request and some probes leave; the target holds them
   while (Clock::now() < until) ASSERT_EQ(t->poll(c, 1), 0u);
-  kill(tp.h.pid, SIGKILL);
-  ASSERT_EQ(tp.h.wait(20s), 128 + SIGKILL);
+  kill(tp->h.pid, SIGKILL);
+  ASSERT_EQ(tp->h.wait(20s), 128 + SIGKILL);
   const auto t0 = Clock::now();
   Status st = Status::Pending;
   while (Clock::now() - t0 < 20s && st == Status::Pending)
@@ -142,31 +152,23 @@ TEST(OfiTransportTwoProcesses, TargetKilledWithARequestInFlightIsLost) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   EXPECT_EQ(st, Status::TransportRetryExceeded);
   EXPECT_LT(ms, 10000) << "noticed only by the engine's timeout";
-  EXPECT_EQ(t->peer_error(tp.peer).rfind("peer lost: fi_sendmsg to target ", 0), 0u) << t->peer_error(tp.peer);
-  std::printf("target killed with a get in flight: \"%s\" after %lld ms\n", t->peer_error(tp.peer).c_str(),
+  EXPECT_EQ(t->peer_error(tp->peer).rfind("peer lost: fi_sendmsg to target ", 0), 0u) << t->peer_error(tp->peer);
+  std::printf("target killed with a get in flight: \"%s\" after %lld ms\n", t->peer_error(tp->peer).c_str(),
               static_cast<long long>(ms));
 }
 
 // A stopped target (SIGSTOP: connected, silent) accepts the request and the
 // probes: the engine's timeout ends the operation, naming op and peer.
-TEST(OfiTransportTwoProcesses, StoppedTargetTimesOut) {
-  std::string skip;
-  auto t = open_ofi(5000ms, &skip);  // the first put connects: room for sanitizers
-  if (!t) GTEST_SKIP() << skip;
-  TargetProc tp(*t);
-  ASSERT_GT(tp.h.pid, 0);
-  if (!tp.skip.empty()) GTEST_SKIP() << tp.skip;
-  const uint32_t k = t->import_key(tp.peer, tp.rw);
-  Scenario s{*t, tp.peer, tp.rw, tp.ro};
-  uint64_t v = 5;
-  EXPECT_EQ(s.run([&] { return t->put(tp.peer, &v, 8, k, tp.rw.addr, 1); }, 1), Status::Ok);
-  kill(tp.h.pid, SIGSTOP);
+TEST_F(OfiTransportTwoProcesses, StoppedTargetTimesOut) {
+  connect_and_put(5000ms);  // the first put connects: room for sanitizers
+  if (IsSkipped() || HasFatalFailure()) return;
+  kill(tp->h.pid, SIGSTOP);
   const auto t0 = Clock::now();
-  EXPECT_EQ(s.run([&] { return t->get(tp.peer, &v, 8, k, tp.rw.addr, 2); }, 2), Status::TransportRetryExceeded);
+  EXPECT_EQ(s->run([&] { return t->get(tp->peer, &v, 8, k, tp->rw.addr, 2); }, 2), Status::TransportRetryExceeded);
   EXPECT_GE(Clock::now() - t0, 4900ms);
-  EXPECT_EQ(t->peer_error(tp.peer), "timeout after 5000 ms waiting for get to target");
-  kill(tp.h.pid, SIGKILL);
-  EXPECT_EQ(tp.h.wait(20s), 128 + SIGKILL);
+  EXPECT_EQ(t->peer_error(tp->peer), "timeout after 5000 ms waiting for get to target");
+  kill(tp->h.pid, SIGKILL);
+  EXPECT_EQ(tp->h.wait(20s), 128 + SIGKILL);
 }
 
 }  // namespace
@@ -178,8 +180,8 @@ using kinet::test::ofi::OfiTwoNamespaces;
 
 // The requester in one namespace, the target in the other: the whole scenario.
 TEST_F(OfiTwoNamespaces, TransportScenarioAcrossTheVethPair) {
-  Child tg = start(ns_b_, if_b_, KINET_OFI_TRANSPORT_HELPER, {"target"});
-  Child rq = start(ns_a_, if_a_, KINET_OFI_TRANSPORT_HELPER, {"requester"});
+  Child tg = start(1, KINET_OFI_TRANSPORT_HELPER, {"target"});
+  Child rq = start(0, KINET_OFI_TRANSPORT_HELPER, {"requester"});
   ASSERT_GT(tg.pid, 0);
   ASSERT_GT(rq.pid, 0);
   const std::string ta = tg.next_line(30s), ra = rq.next_line(30s);

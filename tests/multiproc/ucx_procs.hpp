@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "netns.hpp"
 #include "proc_util.hpp"
 
 namespace kinet::test::ucx {
@@ -69,48 +70,22 @@ inline std::string first_line(const kinet::test::Proc& p) {
 }
 
 // Two helpers, one per network namespace, joined by a veth pair; tcp only.
-inline bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
-
 class UcxNetns : public UcxProcs {
  protected:
   using UcxProcs::UcxProcs;
   void SetUp() override {
     UcxProcs::SetUp();
     if (IsSkipped()) return;
-    const std::string tag = std::to_string(getpid());
-    ns_a_ = "kinet_ucx_a" + tag;
-    ns_b_ = "kinet_ucx_b" + tag;
-    if_a_ = "kuxa" + tag.substr(tag.size() > 8 ? tag.size() - 8 : 0);
-    if_b_ = "kuxb" + tag.substr(tag.size() > 8 ? tag.size() - 8 : 0);
-    bool ok = sh("ip netns add " + ns_a_) && (made_a_ = true) && sh("ip netns add " + ns_b_) && (made_b_ = true) &&
-              sh("ip link add " + if_a_ + " netns " + ns_a_ + " type veth peer name " + if_b_ + " netns " + ns_b_) &&
-              sh("ip -n " + ns_a_ + " addr add 10.214.0.1/24 dev " + if_a_) &&
-              sh("ip -n " + ns_b_ + " addr add 10.214.0.2/24 dev " + if_b_) &&
-              sh("ip -n " + ns_a_ + " link set " + if_a_ + " up") && sh("ip -n " + ns_b_ + " link set " + if_b_ + " up") &&
-              sh("ip -n " + ns_a_ + " link set lo up") && sh("ip -n " + ns_b_ + " link set lo up");
-    if (!ok) GTEST_SKIP() << "cannot create network namespaces and a veth pair (needs root and ip netns)";
+    if (!net_.create()) GTEST_SKIP() << kinet::test::kNetnsSkip;
     // UCX lists an interface only once it is running: wait for both (bounded).
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    auto up = [&](const std::string& ns, const std::string& ifn) {
-      return sh("ip netns exec " + ns + " grep -qx up /sys/class/net/" + ifn + "/operstate");
-    };
-    while (!(up(ns_a_, if_a_) && up(ns_b_, if_b_)) && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(10ms);
-    ASSERT_TRUE(up(ns_a_, if_a_) && up(ns_b_, if_b_)) << "the veth pair is not up after 10 s";
-    ip_ = access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/sbin/ip";
-  }
-  void TearDown() override {
-    if (made_a_) sh("ip netns del " + ns_a_);
-    if (made_b_) sh("ip netns del " + ns_b_);
-    UcxProcs::TearDown();
+    ASSERT_TRUE(net_.wait_running(10s)) << "the veth pair is not up after 10 s";
   }
   std::vector<kinet::test::Proc> run_ns(std::vector<std::string> a, std::vector<std::string> b) {
     // tcp only, each side on its veth: shared memory would bypass the namespaces.
-    return run(a, b, {"UCX_TLS=tcp"}, {ip_, "netns", "exec", ns_a_}, {ip_, "netns", "exec", ns_b_},
-               {"UCX_NET_DEVICES=" + if_a_}, {"UCX_NET_DEVICES=" + if_b_});
+    return run(a, b, {"UCX_TLS=tcp"}, net_.exec_prefix(0), net_.exec_prefix(1), {"UCX_NET_DEVICES=" + net_.ifname[0]},
+               {"UCX_NET_DEVICES=" + net_.ifname[1]});
   }
-  std::string ns_a_, ns_b_, if_a_, if_b_, ip_;
-  bool made_a_ = false, made_b_ = false;
+  kinet::test::NetnsPair net_{"ucx", "ux", "10.214.0"};
 };
 
 }  // namespace kinet::test::ucx

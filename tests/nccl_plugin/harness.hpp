@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "../multiproc/netns.hpp"
 #include "nccl_abi.hpp"
 
 // Under TSan: a forked rank _exit()s while bootstrap roots it started (every
@@ -175,42 +176,22 @@ inline std::vector<int> run_ranks(int n, const std::function<int(int)>& body, st
   return codes;
 }
 
-// Two network namespaces joined by a veth pair (10.214.<k>.1 and .2), as in
-// tests/multiproc/bootstrap_netns_test.cpp. ok() false: can't (no root / ip).
-class NetnsPair {
+// Two network namespaces joined by a veth pair (10.214.<k>.1 and .2), made at
+// construction. ok() false: can't (no root / ip).
+class NetnsPair : public kinet::test::NetnsPair {
  public:
-  explicit NetnsPair(int k) {
-    const std::string tag = std::to_string(getpid());
-    const std::string t8 = tag.substr(tag.size() > 7 ? tag.size() - 7 : 0);
-    ns_[0] = "kinet_nc_a" + tag;
-    ns_[1] = "kinet_nc_b" + tag;
-    if_[0] = "kna" + std::to_string(k) + t8;
-    if_[1] = "knb" + std::to_string(k) + t8;
-    const std::string net = "10.214." + std::to_string(k) + ".";
-    ok_ = sh("ip netns add " + ns_[0]) && (made_[0] = true) && sh("ip netns add " + ns_[1]) && (made_[1] = true) &&
-          sh("ip link add " + if_[0] + " netns " + ns_[0] + " type veth peer name " + if_[1] + " netns " + ns_[1]) &&
-          sh("ip -n " + ns_[0] + " addr add " + net + "1/24 dev " + if_[0]) &&
-          sh("ip -n " + ns_[1] + " addr add " + net + "2/24 dev " + if_[1]) &&
-          sh("ip -n " + ns_[0] + " link set " + if_[0] + " up") && sh("ip -n " + ns_[1] + " link set " + if_[1] + " up") &&
-          sh("ip -n " + ns_[0] + " link set lo up") && sh("ip -n " + ns_[1] + " link set lo up");
-  }
-  ~NetnsPair() {
-    for (int i = 0; i < 2; ++i)
-      if (made_[i]) sh("ip netns del " + ns_[i]);
-  }
+  explicit NetnsPair(int k)
+      : kinet::test::NetnsPair("nc", "n" + std::to_string(k), "10.214." + std::to_string(k)), ok_(create()) {}
   bool ok() const { return ok_; }
   // In a forked child: joins side `i` and selects its interface for kinet's sockets.
   bool enter(int i) const {
-    int fd = open(("/var/run/netns/" + ns_[i]).c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = open(("/var/run/netns/" + ns[i]).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) return false;
     close(fd);
-    return setenv("KINET_SOCKET_IFNAME", ("=" + if_[i]).c_str(), 1) == 0;
+    return setenv("KINET_SOCKET_IFNAME", ("=" + ifname[i]).c_str(), 1) == 0;
   }
 
  private:
-  static bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
-  std::string ns_[2], if_[2];
-  bool made_[2] = {false, false};
   bool ok_ = false;
 };
 

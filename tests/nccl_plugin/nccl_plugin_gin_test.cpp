@@ -277,7 +277,7 @@ TEST(GinRanks, TwoProcessesOverTcp) { run_data(2, nullptr); }
 TEST(GinRanks, ThreeProcessesOverTcp) { run_data(3, nullptr); }
 TEST(GinRanks, TwoProcessesAcrossNetworkNamespaces) {
   NetnsPair ns(2);
-  if (!ns.ok()) GTEST_SKIP() << "cannot create network namespaces and a veth pair (needs root and ip netns)";
+  if (!ns.ok()) GTEST_SKIP() << kinet::test::kNetnsSkip;
   run_data(2, &ns);
 }
 

@@ -328,7 +328,7 @@ TEST(NetProcesses, FourMiBBetweenTwoProcesses) { two_process_transfer(nullptr, f
 TEST(NetProcesses, ASenderKilledMidMessageFailsTheReceiver) { two_process_transfer(nullptr, true); }
 TEST(NetProcesses, FourMiBAcrossTwoNetworkNamespaces) {
   NetnsPair ns(1);
-  if (!ns.ok()) GTEST_SKIP() << "cannot create network namespaces and a veth pair (needs root and ip netns)";
+  if (!ns.ok()) GTEST_SKIP() << kinet::test::kNetnsSkip;
   two_process_transfer(&ns, false);
 }
 

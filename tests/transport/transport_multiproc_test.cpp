@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../multiproc/netns.hpp"
 #include "transport_rig.hpp"
 
 namespace kinet::test {
@@ -260,42 +261,30 @@ INSTANTIATE_TEST_SUITE_P(Channels, TransportMultiproc, ::testing::Values("tcp", 
                          [](const auto& i) { return i.param; });
 
 // ---- two network namespaces joined by a veth pair (tcp) ---------------------
-bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
-
 class TransportNetns : public TransportMultiproc {
  protected:
   void SetUp() override {
-    const std::string tag = std::to_string(getpid());
-    const std::string t8 = tag.substr(tag.size() > 8 ? tag.size() - 8 : 0);
-    ns_a = "kinet_xp_a" + tag, ns_b = "kinet_xp_b" + tag, if_a = "kxa" + t8, if_b = "kxb" + t8;
-    const bool ok = sh("ip netns add " + ns_a) && (made_a = true) && sh("ip netns add " + ns_b) && (made_b = true) &&
-                    sh("ip link add " + if_a + " netns " + ns_a + " type veth peer name " + if_b + " netns " + ns_b) &&
-                    sh("ip -n " + ns_a + " addr add 10.215.0.1/24 dev " + if_a) &&
-                    sh("ip -n " + ns_b + " addr add 10.215.0.2/24 dev " + if_b) &&
-                    sh("ip -n " + ns_a + " link set " + if_a + " up") &&
-                    sh("ip -n " + ns_b + " link set " + if_b + " up") && sh("ip -n " + ns_a + " link set lo up") &&
-                    sh("ip -n " + ns_b + " link set lo up");
-    if (!ok) GTEST_SKIP() << "cannot create network namespaces and a veth pair (needs root and ip netns)";
-    old_ns = enter_netns(ns_a);
-    if (old_ns < 0) GTEST_SKIP() << "cannot enter network namespace " << ns_a;
+    if (!net.create()) GTEST_SKIP() << kinet::test::kNetnsSkip;
+    ns_b = net.ns[1], if_b = net.ifname[1];  // the target serves from side 1
+    old_ns = enter_netns(net.ns[0]);
+    if (old_ns < 0) GTEST_SKIP() << "cannot enter network namespace " << net.ns[0];
     const char* v = std::getenv("KINET_SOCKET_IFNAME");
     had_ifname = v != nullptr;
     if (v) old_ifname = v;
-    setenv("KINET_SOCKET_IFNAME", ("=" + if_a).c_str(), 1);
+    setenv("KINET_SOCKET_IFNAME", ("=" + net.ifname[0]).c_str(), 1);
   }
   void TearDown() override {
-    t.reset();  // its sockets and threads live in ns_a
+    t.reset();  // its sockets and threads live in side 0
     if (old_ns >= 0) {
       setns(old_ns, CLONE_NEWNET);
       close(old_ns);
       if (had_ifname) setenv("KINET_SOCKET_IFNAME", old_ifname.c_str(), 1);
       else unsetenv("KINET_SOCKET_IFNAME");
     }
-    if (made_a) sh("ip netns del " + ns_a);  // deletes the veth pair too
-    if (made_b) sh("ip netns del " + ns_b);
   }
-  std::string ns_a, if_a, old_ifname;
-  bool made_a = false, made_b = false, had_ifname = false;
+  kinet::test::NetnsPair net{"xp", "x", "10.215.0"};  // side 0: this process
+  std::string old_ifname;
+  bool had_ifname = false;
   int old_ns = -1;
 };
 
@@ -322,7 +311,7 @@ TEST_P(TransportNetns, LinkCutEndsInTheTimeout) {
   uint64_t v = 1;
   ASSERT_EQ(t->put(peer, &v, 8, key, base, 1), Status::Ok);
   ASSERT_EQ(wait(1)[0].status, Status::Ok);
-  ASSERT_TRUE(sh("ip -n " + ns_b + " link set " + if_b + " down"));
+  ASSERT_TRUE(kinet::test::netns_sh("ip -n " + ns_b + " link set " + if_b + " down"));
   const auto t0 = Clock::now();
   ASSERT_EQ(t->put(peer, &v, 8, key, base, 2), Status::Ok);
   auto c = wait(1, 20s);
