@@ -109,7 +109,7 @@ void expect_lost(const Where& w, const std::vector<kinet::test::Proc>& ps, const
   EXPECT_EQ(status, st(Status::TransportRetryExceeded));
   EXPECT_GE(ms, min_ms);
   EXPECT_LE(ms, max_ms);
-  for (const std::string p : {std::string("RDMA_WRITE 4096 B: peer emu node 0x"), " at " + w.via + " ", std::string(" lost: ")})
+  for (const std::string& p : {std::string("RDMA_WRITE 4096 B: peer emu node 0x"), " at " + w.via + " ", std::string(" lost: ")})
     EXPECT_NE(l.find(p), std::string::npos) << "no \"" << p << "\" in " << l;
   EXPECT_NE(l.find(why), std::string::npos) << "no \"" << why << "\" in " << l;
   EXPECT_EQ(find_line(out, "STATE "), "ERROR");
