@@ -84,7 +84,8 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
   if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(hs, step, 8, cudaMemcpyDeviceToHost) != cudaSuccess)
     return "kernel failed";
   if (hs[0] != 0)
-    return "step " + std::to_string(hs[0]) + ": " + status_string(Status(hs[1])) + " " + comm.device_error();
+    return "step " + std::to_string(hs[0]) + ": " + status_string(Status(hs[1])) + " " + comm.device_error() +
+           " | peer: " + comm.peer_error(1 - r) + " | " + comm.report();
   comm.barrier();
   cudaMemcpy(h.data(), win.local(), kWin, cudaMemcpyDeviceToHost);
   const int p = 1 - r;
