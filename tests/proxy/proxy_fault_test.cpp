@@ -196,7 +196,11 @@ TEST(ProxyFault, TryReserveSaysNoSpaceWithoutWaiting) {
   Ticket t;
   for (int i = 0; i < 4; ++i)
     ASSERT_EQ(dev::put<X>(h, r.local.p(), r.lkey(), r.remote.a(), r.rkey, 8, 0, &t), Status::Ok);
-  ASSERT_TRUE(eventually([&] { return r.t.log().size() == 4; }));
+  // The proxy hands the four to the transport, then frees their slots
+  // (consumed): only after both is there room for four more.
+  ASSERT_TRUE(eventually([&] {
+    return r.t.log().size() == 4 && __atomic_load_n(&h.shared->consumed, __ATOMIC_ACQUIRE) == 4;
+  }));
   uint64_t first = 0;
   for (int i = 0; i < 4; ++i) {
     ASSERT_EQ(dev::try_reserve<X>(h, 1, &first), Status::Ok);
