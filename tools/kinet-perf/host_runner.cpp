@@ -15,6 +15,7 @@
 #include "progress.hpp"
 #include "runner.hpp"
 #include "testbed.hpp"
+#include "waiter.hpp"
 
 namespace kinet::perf {
 namespace {
@@ -63,55 +64,13 @@ class HostRunner final : public Runner {
     verify_bytes(tb_.mem(), want, got, n, what);
   }
 
-  // Bounded spin until the marker byte at p equals v. Returns false when the
-  // other thread gave up (its error is the one reported).
+  // Bounded waits, spinning cfg_.spins_before_yield times before yielding.
+  Waiter waiter() const { return Waiter(tb_.timeout_ns(), cfg_.spins_before_yield); }
   bool wait_marker(const uint8_t* p, uint8_t v, uint64_t iter, const char* who, const std::atomic<bool>* abort) {
-    std::atomic_ref<const uint8_t> ref(*p);
-    if (ref.load(std::memory_order_acquire) == v) return true;
-    const uint64_t deadline = now_ns() + tb_.timeout_ns();
-    for (uint64_t spins = 1;; ++spins) {
-      if (ref.load(std::memory_order_acquire) == v) return true;
-      if ((spins & 0xff) == 0) {
-        if (abort && abort->load(std::memory_order_relaxed)) return false;
-        if (now_ns() > deadline) {
-          char m[200];
-          std::snprintf(m, sizeof m,
-                        "write_lat: %s timed out after %" PRIu64 " ms waiting for the write of iteration %" PRIu64
-                        " (marker 0x%02x expected, 0x%02x found)",
-                        who, tb_.timeout_ns() / 1000000, iter, v, ref.load(std::memory_order_relaxed));
-          throw PerfError(m);
-        }
-      }
-      backoff(spins);
-    }
+    return waiter().marker(p, v, iter, who, abort);
   }
-
-  // Spin briefly, then yield: on a machine with fewer cores than posting
-  // threads + NIC engine threads, a pure spin would keep the thread that has
-  // to make progress off its core for a whole scheduler slice.
-  void backoff(uint64_t spins) const {
-    if (spins > cfg_.spins_before_yield) std::this_thread::yield();
-    else spin_pause();
-  }
-
-  // dev::wait() for a signalled ticket, but with backoff(). Bounded like it.
-  Status wait_ticket(const dev::QpHandle& h, dev::Ticket t) {
-    Status st = dev::test<kX>(h, t);
-    if (st != Status::Pending) return st;
-    const uint64_t deadline = now_ns() + h.timeout_ns;
-    for (uint64_t spins = 1;; ++spins) {
-      st = dev::test<kX>(h, t);
-      if (st != Status::Pending) return st;
-      if ((spins & 0x3f) == 0 && now_ns() > deadline) return Status::TimeoutCompletion;
-      backoff(spins);
-    }
-  }
-  // dev::quiet() with backoff(): a signalled NOP completes after everything before it.
-  Status quiet(const dev::QpHandle& h) {
-    dev::Ticket t;
-    const Status st = dev::nop<kX>(h, dev::kSignal, &t);
-    return st == Status::Ok ? wait_ticket(h, t) : st;
-  }
+  Status wait_ticket(const dev::QpHandle& h, dev::Ticket t) { return waiter().ticket(h, t); }
+  Status quiet(const dev::QpHandle& h) { return waiter().quiet(h); }
 
   Result write_lat(const TestCase& tc, Progress& pr) override {
     Endpoint& c = tb_.client();

@@ -22,6 +22,7 @@
 #include "progress.hpp"
 #include "report.hpp"
 #include "tcp_baseline.hpp"
+#include "waiter.hpp"
 #include "testbed.hpp"
 #include "xproc_setup.hpp"
 #include "xreport.hpp"
@@ -63,51 +64,6 @@ void check(Status st, const QueuePair& qp, const std::string& what) {
   if (!le.empty()) m += " [" + le + "]";
   throw PerfError(m);
 }
-
-// Waits (spin, then yield: two processes of busy threads share few CPUs).
-class Waiter {
- public:
-  explicit Waiter(uint64_t timeout_ns) : timeout_ns_(timeout_ns) {
-    spins_ = std::thread::hardware_concurrency() >= 8 ? 4096 : 16;
-  }
-  void marker(const uint8_t* p, uint8_t v, uint64_t iter, const char* who) {
-    std::atomic_ref<const uint8_t> ref(*p);
-    const uint64_t deadline = now_ns() + timeout_ns_;
-    for (uint64_t k = 1; ref.load(std::memory_order_acquire) != v; ++k) {
-      if ((k & 0xff) == 0 && now_ns() > deadline) {
-        char m[200];
-        std::snprintf(m, sizeof m,
-                      "write_lat: %s timed out after %" PRIu64 " ms waiting for the write of iteration %" PRIu64
-                      " (marker 0x%02x expected, 0x%02x found)",
-                      who, timeout_ns_ / 1000000, iter, v, ref.load(std::memory_order_relaxed));
-        throw PerfError(m);
-      }
-      backoff(k);
-    }
-  }
-  Status ticket(const dev::QpHandle& h, dev::Ticket t) {
-    const uint64_t deadline = now_ns() + h.timeout_ns;
-    for (uint64_t k = 1;; ++k) {
-      const Status st = dev::test<kX>(h, t);
-      if (st != Status::Pending) return st;
-      if ((k & 0x3f) == 0 && now_ns() > deadline) return Status::TimeoutCompletion;
-      backoff(k);
-    }
-  }
-  Status quiet(const dev::QpHandle& h) {
-    dev::Ticket t;
-    const Status st = dev::nop<kX>(h, dev::kSignal, &t);
-    return st == Status::Ok ? ticket(h, t) : st;
-  }
-
- private:
-  void backoff(uint64_t k) const {
-    if (k > spins_) std::this_thread::yield();
-    else spin_pause();
-  }
-  uint64_t timeout_ns_;
-  uint64_t spins_;
-};
 
 // How long the server may wait for the client to finish one run: each of its
 // operations is bounded by the timeout, so (iterations + 1) x timeout bounds
@@ -161,7 +117,7 @@ void verify_local(Side& s, const std::vector<uint8_t>& want, const uint8_t* got,
 
 // Client: one kinet run of case ci (the server has prepared its side).
 Result client_kinet(Side& s, Ctl& ctl, const WirePlan& plan, uint32_t ci, const TestCase& tc, Progress& pr) {
-  Waiter w(s.timeout_ns);
+  Waiter w(s.timeout_ns, std::thread::hardware_concurrency() >= 8 ? 4096 : 16);  // two processes of busy threads
   const size_t n = tc.size;
   Result r;
   r.tc = tc;
@@ -288,7 +244,7 @@ std::string server_kinet(Side& s, Ctl& ctl, const WirePlan& plan, uint32_t ci, c
   ctl.send(Msg::Ready, nullptr, 0);
   std::string err;
   if (tc.kind == TestKind::WriteLat) {
-    Waiter w(s.timeout_ns);
+    Waiter w(s.timeout_ns, std::thread::hardware_concurrency() >= 8 ? 4096 : 16);  // two processes of busy threads
     try {
       for (uint64_t i = 0; i < tc.warmup + tc.iters; ++i) {
         w.marker(s.ep.rx(0) + n - 1, marker(i), i, "server");
