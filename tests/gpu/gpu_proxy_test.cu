@@ -26,6 +26,7 @@
 
 #include "../proxy/poster.hpp"
 #include "gpu_harness.hpp"
+#include "spawn_pair.hpp"
 
 extern char** environ;
 
@@ -323,35 +324,11 @@ int child(const std::string& role, const std::string& provider, const std::strin
 // Spawns both roles over `provider` and waits for them (at most 120 s).
 // Returns 0 ok, 77 skipped, 1 failed.
 int run_pair(const std::string& self, const std::string& provider) {
-  const std::string id = UniqueId::create().to_string();
-  pid_t pids[2] = {-1, -1};
   const char* roles[2] = {"requester", "target"};
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> a = {self, "--role", roles[r], "--transport", provider, "--id", id};
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pids[r], self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) pids[r] = -1;
-  }
-  int rc = pids[0] > 0 && pids[1] > 0 ? 0 : 1;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  for (int r = 0; r < 2; ++r) {
-    if (pids[r] <= 0) continue;
-    int status = 0;
-    for (;;) {
-      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        std::printf("FAIL: %s over %s did not finish within 120 s: killed\n", roles[r], provider.c_str());
-        kill(pids[r], SIGKILL);
-        waitpid(pids[r], &status, 0);
-        rc = 1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a child, not synchronising
-    }
-    if (!WIFEXITED(status)) rc = 1;
-    else if (WEXITSTATUS(status) == 77 && rc == 0) rc = 77;
-    else if (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 77) rc = 1;
+  int rc = 0;
+  for (const int code : kgt::spawn_pair(self, roles, "--transport", provider)) {
+    if (code == 77 && rc == 0) rc = 77;
+    else if (code != 0 && code != 77) rc = 1;
   }
   std::printf("[ %s ] proxy: two processes, one GPU, over %s\n",
               rc == 0 ? "      OK" : rc == 77 ? " SKIPPED" : "  FAILED", provider.c_str());

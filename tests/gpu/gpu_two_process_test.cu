@@ -29,6 +29,8 @@
 
 #include <cuda_runtime.h>
 
+#include "spawn_pair.hpp"
+
 extern char** environ;
 
 namespace {
@@ -174,38 +176,9 @@ int child(const std::string& role, const std::string& fabric, const std::string&
 
 // Spawns both roles over `fabric` and waits for them (at most 120 s).
 bool run_pair(const std::string& self, const std::string& fabric) {
-  const std::string id = UniqueId::create().to_string();
-  pid_t pids[2] = {-1, -1};
   const char* roles[2] = {"requester", "responder"};
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> a = {self, "--role", roles[r], "--fabric", fabric, "--id", id};
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pids[r], self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-      std::printf("FAIL: can't spawn %s\n", self.c_str());
-      pids[r] = -1;
-    }
-  }
-  bool ok = pids[0] > 0 && pids[1] > 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  for (int r = 0; r < 2; ++r) {
-    if (pids[r] <= 0) continue;
-    int status = 0;
-    for (;;) {
-      const pid_t w = waitpid(pids[r], &status, WNOHANG);
-      if (w == pids[r]) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        std::printf("FAIL: %s over %s did not finish within 120 s: killed\n", roles[r], fabric.c_str());
-        kill(pids[r], SIGKILL);
-        waitpid(pids[r], &status, 0);
-        ok = false;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a child, not synchronising
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
-  }
+  const std::array<int, 2> codes = kgt::spawn_pair(self, roles, "--fabric", fabric);
+  const bool ok = codes[0] == 0 && codes[1] == 0;
   std::printf("[ %s ] two processes, one GPU, over %s\n", ok ? "      OK" : "  FAILED", fabric.c_str());
   std::fflush(stdout);
   return ok;
