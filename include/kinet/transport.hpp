@@ -77,6 +77,9 @@ class TransportRegion {
 // progress thread runs). connect() from one thread at a time.
 class Transport {
  public:
+  // Largest put / get / put_signal payload one call may move (a NIC's usual
+  // maximum message, 2 GiB): larger lengths are InvalidArgument, nothing queued.
+  static constexpr uint64_t kMaxOpBytes = uint64_t{1} << 31;
   // Throws NotSupported naming the provider when it is not built in or can't
   // start here (with the library's reason), InvalidArgument for an unknown name.
   static std::unique_ptr<Transport> open(const TransportOptions& opt = {});
@@ -117,8 +120,8 @@ class Transport {
   // may have landed).
   // Posting: non-blocking. Ok: the operation is queued and completes later
   // through poll() with `cookie`; NoSpace: too many in flight, poll() and
-  // retry; InvalidArgument: a bad peer, key id, local buffer or length, and
-  // nothing is queued. Local buffers: host memory, or inside a region of
+  // retry; InvalidArgument: a bad peer, key id, local buffer or length (over
+  // kMaxOpBytes), and nothing is queued. Local buffers: host memory, or inside a region of
   // kind Gpu registered here; they must stay valid until the completion.
   // Failed operations complete with RemoteAccess / RemoteInvalidRequest (the
   // target's check), TransportRetryExceeded (the peer is lost or did not

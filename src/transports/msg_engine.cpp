@@ -205,6 +205,8 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
                           uint64_t compare, uint64_t cookie) {
   if (outstanding_ >= opt_.depth || free_.empty()) return Status::NoSpace;
   const bool data = t == MsgType::Put || t == MsgType::PutSignal || t == MsgType::Get;
+  // Before anything is split or staged: a length near 2^64 would mean billions of pieces.
+  if (data && bytes > kMaxOpBytes) return Status::InvalidArgument;
   uint64_t npieces = data && bytes > piece_ ? (bytes + piece_ - 1) / piece_ : 1;
   if (npieces >= kNone) return Status::InvalidArgument;
   if (data && raddr + bytes < raddr) {

@@ -120,6 +120,14 @@ TEST(TransportLoop, PostingArgumentsRejectedAtOnce) {
   EXPECT_EQ(p.a->fetch_add(p.ab, nullptr, t.key_id, t.base(), 1, 1), Status::InvalidArgument);
   EXPECT_EQ(p.a->compare_swap(p.ab, nullptr, t.key_id, t.base(), 1, 2, 1), Status::InvalidArgument);
   EXPECT_EQ(p.a->signal(p.ab, t.key_id, t.base(), static_cast<SignalOp>(3), 1, 1), Status::InvalidArgument);
+  // Lengths past the largest operation, at its edge and far beyond (2^31 + 1, 2^32, 2^64 - 1).
+  for (uint64_t n : {Transport::kMaxOpBytes + 1, uint64_t{1} << 32, ~uint64_t{0}}) {
+    EXPECT_EQ(p.a->put(p.ab, buf, n, t.key_id, t.base(), 1), Status::InvalidArgument) << n;
+    EXPECT_EQ(p.a->get(p.ab, buf, n, t.key_id, t.base(), 1), Status::InvalidArgument) << n;
+    EXPECT_EQ(p.a->put_signal(p.ab, buf, n, t.key_id, t.base(), t.key_id, t.base(), SignalOp::Add, 1, 1),
+              Status::InvalidArgument)
+        << n;
+  }
   (void)r;
   EXPECT_EQ(p.a->outstanding(), 0u);
   // A key imported for another peer is not a key of this one.
