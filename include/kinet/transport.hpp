@@ -121,7 +121,9 @@ class Transport {
   // Posting: non-blocking. Ok: the operation is queued and completes later
   // through poll() with `cookie`; NoSpace: too many in flight, poll() and
   // retry; InvalidArgument: a bad peer, key id, local buffer or length (over
-  // kMaxOpBytes), and nothing is queued. Local buffers: host memory, or inside a region of
+  // kMaxOpBytes), and nothing is queued; LocalAccess: a source in registered
+  // GPU memory could not be read (CUDA failed or timed out; logged with the
+  // reason), nothing is queued. Local buffers: host memory, or inside a region of
   // kind Gpu registered here; they must stay valid until the completion.
   // Failed operations complete with RemoteAccess / RemoteInvalidRequest (the
   // target's check), TransportRetryExceeded (the peer is lost or did not

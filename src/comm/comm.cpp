@@ -480,8 +480,18 @@ std::string Comm::device_error() const {
   if (op == dev::CommOp::Barrier)
     e += " (waited for rank " + std::to_string(s.err_peer) + " to arrive at barrier " + std::to_string(s.err_expected) +
          ", it had arrived at " + std::to_string(s.err_seen) + ")";
-  if (s.err_peer >= 0 && s.err_peer < m.size && s.err_peer != m.rank)
+  if ((op == dev::CommOp::FetchAdd || op == dev::CommOp::CompareSwap) && s.err_expected != 0)
+    e += s.err_seen != 0 ? " (descriptor " + std::to_string(s.err_expected - 1) +
+                               "'s result slot was still held by the poster of descriptor " +
+                               std::to_string(s.err_seen - 1) + ")"
+                         : " (waited for descriptor " + std::to_string(s.err_expected - 1) + " of the channel to complete)";
+  if (s.err_peer >= 0 && s.err_peer < m.size && s.err_peer != m.rank) {
     if (std::string pe = peer_error(s.err_peer); !pe.empty()) e += ": " + pe;
+    // A proxy peer: how far its channel got, so a stuck descriptor is named.
+    if (const ProxyChannel* ch = m.channels[s.err_peer])
+      e += " [channel to rank " + std::to_string(s.err_peer) + ": " + std::to_string(ch->completed()) +
+           " descriptors completed, status " + status_string(ch->status()) + "]";
+  }
   return e;
 }
 

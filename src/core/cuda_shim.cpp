@@ -48,6 +48,8 @@ struct Api {
   decltype(&::cudaHostUnregister) hostUnregister = nullptr;
   // The driver's dma-buf export (libcuda.so.1; CUDA 11.7+): null when missing.
   decltype(&::cuMemGetHandleForAddressRange) memGetHandleForAddressRange = nullptr;
+  // The driver's module loading mode (CUDA 11.7+): null when missing.
+  decltype(&::cuModuleGetLoadingMode) moduleGetLoadingMode = nullptr;
 };
 
 using dl::sym;
@@ -75,7 +77,10 @@ const Api& api() {
           sym(h, "cudaHostUnregister", a.hostUnregister)))
       a.hostRegister = nullptr;
     if (void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))
+    {
       sym(drv, "cuMemGetHandleForAddressRange", a.memGetHandleForAddressRange);
+      sym(drv, "cuModuleGetLoadingMode", a.moduleGetLoadingMode);
+    }
     if (a.getDeviceCount(&a.ngpu) != cudaSuccess || a.ngpu <= 0) {
       a.getLastError();
       KINET_LOG(Debug, "CUDA runtime found but no GPU: GPU memory unavailable");
@@ -209,8 +214,12 @@ class StreamLease {
       }
       if (std::chrono::steady_clock::now() > deadline) {
         s_ = nullptr;
-        throw Error(ErrorCode::System, what + " did not complete within " + std::to_string(ms) +
-                                           " ms (KINET_TIMEOUT_MS): the GPU did not run it");
+        throw Error(ErrorCode::System,
+                    what + " did not complete within " + std::to_string(ms) + " ms (KINET_TIMEOUT_MS): the GPU did not run it" +
+                        (lazy_loading() ? " (CUDA lazy loading is on: a kernel launched for the first time while "
+                                          "another kernel waits for kinet stalls kinet's copies; set "
+                                          "CUDA_MODULE_LOADING=EAGER)"
+                                        : ""));
       }
       if (spins > 256) std::this_thread::yield();
     }
@@ -221,14 +230,20 @@ class StreamLease {
   cudaStream_t s_ = nullptr;
 };
 
-// The GPU that owns p, or -1 when p is host memory (pinned or pageable).
-int gpu_of(const void* p) {
+// Where p lies: on GPU *dev (Device), in page-locked host memory (Pinned) or
+// in pageable host memory (Pageable).
+enum class Where { Device, Pinned, Pageable };
+Where where(const void* p, int* dev) {
   cudaPointerAttributes at{};
   if (api().pointerGetAttributes(&at, p) != cudaSuccess) {
     api().getLastError();
-    return -1;
+    return Where::Pageable;
   }
-  return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged ? at.device : -1;
+  if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) {
+    *dev = at.device;
+    return Where::Device;
+  }
+  return at.type == cudaMemoryTypeHost ? Where::Pinned : Where::Pageable;
 }
 
 std::string hexp(const void* p) {
@@ -247,6 +262,29 @@ bool available() {
 #endif
 }
 
+bool lazy_loading() {
+#if KINET_HAVE_CUDA_HEADERS
+  if (!available() || !api().moduleGetLoadingMode) return false;
+  CUmoduleLoadingMode m{};
+  return api().moduleGetLoadingMode(&m) == CUDA_SUCCESS && m == CU_MODULE_LAZY_LOADING;
+#else
+  return false;
+#endif
+}
+
+void warn_if_lazy_loading(const char* who) {
+  if (!lazy_loading()) return;
+  static std::once_flag once;
+  std::call_once(once, [who] {
+    // Info, not Warn: programs that load their kernels first are right.
+    KINET_LOG(Info,
+              "%s: CUDA lazy loading is on (CUDA_MODULE_LOADING unset or LAZY): a kernel's first launch while "
+              "another kernel waits on kinet stalls kinet's GPU copies until that wait times out. Set "
+              "CUDA_MODULE_LOADING=EAGER, or load each kernel first (cudaFuncGetAttributes)",
+              who);
+  });
+}
+
 MemoryKind pointer_kind(const void* p) {
 #if KINET_HAVE_CUDA_HEADERS
   if (!available()) return MemoryKind::Host;
@@ -262,20 +300,53 @@ MemoryKind pointer_kind(const void* p) {
 #endif
 }
 
+namespace {
+struct Stage {
+  void* p = nullptr;
+  ~Stage() { free_pinned(p); }
+};
+// One asynchronous copy on a stream of ours, then the bounded wait.
+void copy_async(int dev, void* dst, const void* src, size_t n) {
+  StreamLease s(dev);
+  const std::string what = "CUDA copy of " + std::to_string(n) + " bytes from " + hexp(src) + " to " + hexp(dst) +
+                           " on GPU " + std::to_string(dev);
+  const cudaError_t e = api().memcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
+  if (e != cudaSuccess) fail(e, what);
+  s.wait(what);
+}
+}  // namespace
+
+uint8_t* staging() {
+  static thread_local Stage stage;
+  if (!stage.p) stage.p = alloc_pinned(kStagingBytes);
+  return static_cast<uint8_t*>(stage.p);
+}
+
 void copy(void* dst, const void* src, size_t n) {
 #if KINET_HAVE_CUDA_HEADERS
   if (n == 0) return;
   if (available()) {
-    int dev = gpu_of(dst);
-    if (dev < 0) dev = gpu_of(src);
+    int dev = -1;
+    const Where wd = where(dst, &dev), ws = where(src, &dev);
     if (dev >= 0) {
       DeviceScope ds(dev);
-      StreamLease s(dev);
-      const std::string what = "CUDA copy of " + std::to_string(n) + " bytes from " + hexp(src) + " to " +
-                               hexp(dst) + " on GPU " + std::to_string(dev);
-      const cudaError_t e = api().memcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
-      if (e != cudaSuccess) fail(e, what);
-      s.wait(what);
+      if (wd != Where::Pageable && ws != Where::Pageable) return copy_async(dev, dst, src, n);
+      // Pageable memory goes through pinned staging: CUDA copies it
+      // synchronously inside the driver, where no bound of ours applies (two
+      // processes on one GPU, both with kernels running, hung there).
+      uint8_t* b = staging();
+      for (size_t off = 0; off < n; off += kStagingBytes) {
+        const size_t k = n - off < kStagingBytes ? n - off : kStagingBytes;
+        uint8_t* d = static_cast<uint8_t*>(dst) + off;
+        const uint8_t* sp = static_cast<const uint8_t*>(src) + off;
+        if (ws == Where::Pageable) {
+          std::memcpy(b, sp, k);
+          copy_async(dev, d, b, k);
+        } else {
+          copy_async(dev, b, sp, k);
+          std::memcpy(d, b, k);
+        }
+      }
       return;
     }
   }

@@ -18,6 +18,14 @@
 namespace kinet::cuda {
 // True when a CUDA runtime loads and sees at least one GPU.
 bool available();
+// Whether the CUDA driver loads modules lazily (CUDA_MODULE_LOADING unset or
+// LAZY, the default since CUDA 12.2). Then a kernel's first launch loads it,
+// and that load waits behind kernels already running: measured on an H200, a
+// proxy's GPU copies stalled while one kernel spun waiting for the proxy and a
+// second, never-launched kernel was queued behind it.
+bool lazy_loading();
+// Logs that hazard (Info) once per process, naming `who`, when lazy_loading().
+void warn_if_lazy_loading(const char* who);
 // Host for anything CUDA does not know as device memory (managed memory too).
 MemoryKind pointer_kind(const void* p);
 // Copies n bytes between any two of host and GPU memory (plain memcpy when
@@ -25,8 +33,14 @@ MemoryKind pointer_kind(const void* p);
 // stream of the GPU that owns the GPU side and is complete on return. The wait
 // is bounded by default_timeout_ms(): past it, throws Error(System) naming the
 // copy. Safe from any thread; leaves the calling thread's current device as it
-// was.
+// was. Pageable host memory is staged through staging() in pieces: CUDA would
+// copy it synchronously inside the driver, beyond any bound.
 void copy(void* dst, const void* src, size_t n);
+// This thread's page-locked staging buffer of kStagingBytes (allocated on
+// first use, back to the pool when the thread ends). A caller may fill it and
+// pass it to copy(), which then copies without staging.
+inline constexpr size_t kStagingBytes = size_t{1} << 20;
+uint8_t* staging();
 // Page-locked host memory mapped into every GPU's address space, or plain
 // aligned host memory when there is no GPU. Zeroed. Throws ResourceExhausted.
 void* alloc_pinned(size_t n);

@@ -69,6 +69,8 @@ constexpr Variable kVariables[] = {
     {"KINET_TEST_SCALE", "100", "percent applied to stress-loop sizes (the sanitizer builds set it lower)", "tests",
      true},
     {"KINET_TEST_THREADS", "8", "posting threads of the shared-queue tests", "tests", true},
+    {"KINET_COMM_TEST_ONLY", "unset", "p2p or proxy: kinet-gpu-comm runs that path alone (both when unset)", "tests",
+     true},
     {"DOCA_SDK_LIB_PATH", "unset",
      "SDK mode: the directory holding the DOCA SDK's libdoca_common.so, libdoca_verbs.so and libdoca_gpunetio.so "
      "(e.g. /opt/mellanox/doca/lib/x86_64-linux-gnu); loaded with dlopen, they make the control-path objects. "

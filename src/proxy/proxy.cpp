@@ -107,6 +107,7 @@ ProxyChannel& Proxy::channel(PeerId peer, const ProxyChannelConfig& cfg) {
   if (cfg.posters == Posters::Gpu && !cuda::available())
     throw Error(ErrorCode::NotSupported, "proxy: channel to peer " + std::to_string(peer) +
                                              ": Posters::Gpu needs a CUDA GPU, and none is available");
+  if (cfg.posters == Posters::Gpu) cuda::warn_if_lazy_loading("proxy");  // kernels will wait on this thread
   std::lock_guard<std::mutex> g(channels_mu_);
   if (channels_.size() >= kMaxChannels)
     throw Error(ErrorCode::ResourceExhausted,

@@ -2,6 +2,8 @@
 // side (regions, checks, execution) is msg_target.cpp.
 #include "transports/msg_engine.hpp"
 
+#include <atomic>
+
 #include <cstring>
 #include <random>
 
@@ -217,7 +219,16 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
   std::vector<uint8_t> staged;
   if (src && bytes && local_gpu(src, bytes)) {
     staged.resize(bytes);
-    if (emu::safe_copy(staged.data(), MemoryKind::Host, src, MemoryKind::Gpu, bytes)) return Status::InvalidArgument;
+    if (emu::CopyResult r = emu::safe_copy(staged.data(), MemoryKind::Host, src, MemoryKind::Gpu, bytes)) {
+      // Nothing was sent. Logged on the first failure and then at 1000, 10^6.
+      static std::atomic<uint64_t> fails{0};
+      const uint64_t n = ++fails;
+      if (n == 1 || n == 1000 || n == 1000000)
+        KINET_LOG(Error, "transport %s: reading %llu bytes of GPU memory at %p to send (failure %llu): %s",
+                  opt_.name.c_str(), static_cast<unsigned long long>(bytes), src, static_cast<unsigned long long>(n),
+                  r.why.c_str());
+      return Status::LocalAccess;
+    }
   }
   Peer& p = *peer_at(peer);
   const uint32_t place = free_.back();

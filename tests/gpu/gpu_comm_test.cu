@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -78,6 +79,12 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
   int* step = nullptr;
   cudaMalloc(&step, 8);
   cudaMemset(step, 0, 8);
+  // Both kernels loaded before either runs: under CUDA lazy loading (the
+  // default) k_group's first launch, queued behind a k_ops that waits on the
+  // proxy, stalled the proxy's GPU copies until k_ops timed out (H200).
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, k_ops) != cudaSuccess || cudaFuncGetAttributes(&fa, k_group) != cudaSuccess)
+    return "cudaFuncGetAttributes";
   k_ops<<<1, 1>>>(comm.device_handle(), win.handle(), step);
   k_group<<<1, 256>>>(comm.device_handle(), win.handle(), step);
   int hs[2] = {-1, -1};
@@ -109,7 +116,9 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
 int main() {
   setenv("KINET_SOCKET_IFNAME", "lo", 1);
   int rc = 0;
+  const char* only = std::getenv("KINET_COMM_TEST_ONLY");  // "p2p" or "proxy": that path alone (debugging)
   for (const std::string path : {"p2p", "proxy"}) {
+    if (only && path != only) continue;
     auto res = kinet::test::run_ranks(2, [&](int r, int, Bootstrap& bs) { return run(r, bs, path); },
                                       std::chrono::seconds(120));
     bool skip = false;

@@ -405,6 +405,7 @@ class EmuPd final : public ProtectionDomain {
     // host memory, which kernels reach as they would a UAR mapped into the GPU.
     doorbell::UarReach reach;
     reach.gpu_posters = gpu || cfg.posters == Posters::Gpu;
+    if (reach.gpu_posters) cuda::warn_if_lazy_loading("software NIC");  // kernels will wait on its thread
     const doorbell::Decision dm =
         doorbell::decide(nic_->name + ": create_qp", cfg.doorbell, std::getenv("KINET_DOORBELL_MODE"),
                          doorbell::Caps{true, true, true}, reach);

@@ -15,7 +15,7 @@
 namespace kinet::emu {
 namespace {
 
-constexpr size_t kBounce = 1u << 20;
+constexpr size_t kBounce = cuda::kStagingBytes;
 
 // ---- fault-tolerant memcpy ----
 // A memcpy that a SIGSEGV/SIGBUS ends early instead of killing the process:
@@ -126,8 +126,10 @@ CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, s
   }
   // A GPU on one side or both. A host side goes through a bounce buffer with
   // the fault-tolerant copy, so CUDA never touches unmapped host memory.
-  static thread_local std::vector<uint8_t> bounce(kBounce);
+  // The bounce is the thread's pinned staging buffer, so cuda::copy moves it
+  // without staging it again.
   try {
+    uint8_t* const bounce = cuda::staging();
     if (dk == MemoryKind::Gpu && sk == MemoryKind::Gpu) {
       cuda::copy(dst, src, n);
       return {};
@@ -137,19 +139,19 @@ CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, s
       uint8_t* d = static_cast<uint8_t*>(dst) + off;
       const uint8_t* s = static_cast<const uint8_t*>(src) + off;
       if (sk == MemoryKind::Host) {
-        if (CopyResult r = safe_copy(bounce.data(), MemoryKind::Host, s, MemoryKind::Host, k)) return r;
+        if (CopyResult r = safe_copy(bounce, MemoryKind::Host, s, MemoryKind::Host, k)) return r;
         try {
-          cuda::copy(d, bounce.data(), k);
+          cuda::copy(d, bounce, k);
         } catch (const std::exception& e) {
           return cuda_fault(false, e.what());
         }
       } else {
         try {
-          cuda::copy(bounce.data(), s, k);
+          cuda::copy(bounce, s, k);
         } catch (const std::exception& e) {
           return cuda_fault(true, e.what());
         }
-        if (CopyResult r = safe_copy(d, MemoryKind::Host, bounce.data(), MemoryKind::Host, k)) {
+        if (CopyResult r = safe_copy(d, MemoryKind::Host, bounce, MemoryKind::Host, k)) {
           r.side = CopyResult::Dst;
           return r;
         }

@@ -189,7 +189,7 @@ KINET_HD Status comm_atomic(const CommHandle& c, int peer, const WindowHandle& w
   st = dev::wait<S>(p.ch, Ticket{idx + 1, idx});
   v = slot->value;  // written by the proxy before the completion wait() acquired
   store_release<Scope::System>(&slot->owner, uint64_t{0});
-  if (st != Status::Ok) return comm_fail(c, st, peer, what, w.id, off);
+  if (st != Status::Ok) return comm_fail(c, st, peer, what, w.id, off, idx + 1);
   if (old) *old = v;
   return Status::Ok;
 }
