@@ -446,3 +446,72 @@ TEST(TransportOpen, Providers) {
 
 }  // namespace
 }  // namespace kinet::test
+
+namespace kinet::test {
+namespace {
+// Zero-length transfers: a put/get of 0 bytes moves nothing and completes Ok
+// (as an RDMA write/read of 0 bytes does); a put_signal of 0 bytes is the
+// signal alone. Nothing outside the target's region is touched.
+TEST(TransportEdges, ZeroLengthTransfers) {
+  LoopPair p;
+  Target t(p, 64);
+  char buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_EQ(p.a->put(p.ab, buf, 0, t.key_id, t.base(), 1), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+  ASSERT_EQ(p.a->get(p.ab, buf, 0, t.key_id, t.base() + 64, 2), Status::Ok);  // at the end: an empty range
+  Completion c = p.one();
+  EXPECT_EQ(c.status, Status::Ok);
+  EXPECT_EQ(c.cookie, 2u);
+  EXPECT_EQ(buf[0], 1);
+  ASSERT_EQ(p.a->put_signal(p.ab, buf, 0, t.key_id, t.base(), t.key_id, t.base() + 8, SignalOp::Add, 5, 3),
+            Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+  uint64_t sig = 0;
+  std::memcpy(&sig, t.mem.data() + 8, 8);
+  EXPECT_EQ(sig, 5u);
+  for (size_t i = 0; i < t.mem.size(); ++i)
+    if (i < 8 || i >= 16) EXPECT_EQ(t.mem[i], 0) << i;
+  // Zero bytes one past the end are still past the end of a 64-byte region.
+  ASSERT_EQ(p.a->put(p.ab, buf, 0, t.key_id, t.base() + 65, 4), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+}
+
+// A region deregistered on the target while the requester still holds its
+// imported key: later operations are refused at the target (RemoteAccess),
+// the freed memory is never touched, and the transport keeps serving others.
+TEST(TransportEdges, KeyOfADeregisteredRegion) {
+  LoopPair p;
+  Target dead(p, 64), live(p, 64);
+  dead.region.reset();
+  uint64_t v = 7;
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, dead.key_id, dead.base(), 1), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::RemoteAccess);
+  for (uint8_t b : dead.mem) EXPECT_EQ(b, 0);
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, live.key_id, live.base(), 2), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+}
+
+// Destroying a transport with operations in flight: the destructor returns
+// within a bound; the peer sees it lost; nothing crashes.
+TEST(TransportEdges, DestroyedWithOperationsInFlight) {
+  LoopPair p;
+  Target t(p, 1 << 20);
+  std::vector<uint8_t> src(1 << 20, 0x5a);
+  for (uint64_t i = 0; i < 16; ++i) ASSERT_EQ(p.a->put(p.ab, src.data(), src.size(), t.key_id, t.base(), i), Status::Ok);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.a.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s);
+  // b is still usable: a new peer can reach it (both sides connect).
+  auto c = loop_transport("rank C");
+  PeerId cb = c->connect(p.b->address(), "rank B");
+  p.b->connect(c->address(), "rank C");
+  const uint32_t k = c->import_key(cb, t.region->remote_key());
+  uint64_t v = 9;
+  ASSERT_EQ(c->put(cb, &v, 8, k, t.base(), 1), Status::Ok);
+  std::vector<Completion> done;
+  EXPECT_EQ(wait_completions(*c, 1, done, {p.b.get()}), 1u);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::Ok);
+}
+}  // namespace
+}  // namespace kinet::test
