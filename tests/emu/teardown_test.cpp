@@ -157,7 +157,7 @@ TEST(EmuTeardown, UnmappedReadTargetAndAtomicTarget) {
   UnmappedMr v(*q.pb, 4096);
   ASSERT_TRUE(v.mr) << "mmap failed";
   ASSERT_EQ(dev::fetch_add<X>(q.h(), res.u64(), res.lkey(), v.addr(), v.mr->rkey(), 1, dev::kSignal, &t), Status::Ok);
-  expect_fault(q, t, Status::RemoteAccess, "remote memory: source");
+  expect_fault(q, t, Status::RemoteAccess, "remote memory: atomic target");
 }
 
 }  // namespace

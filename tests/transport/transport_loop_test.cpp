@@ -515,3 +515,51 @@ TEST(TransportEdges, DestroyedWithOperationsInFlight) {
 }
 }  // namespace
 }  // namespace kinet::test
+
+namespace kinet::test {
+namespace {
+// Remote fetch_adds and signal adds on host memory are CPU atomics at the
+// target: none is lost against the target's own threads adding to the same
+// word at the same time (a read-modify-write through copies lost updates).
+TEST(TransportEdges, AtomicsAreAtomicWithTheTargetsCpuAtomics) {
+  LoopPair p;
+  Target t(p, 64);
+  auto* word = reinterpret_cast<uint64_t*>(t.mem.data());
+  auto* sig = reinterpret_cast<uint64_t*>(t.mem.data() + 8);
+  constexpr int kRemote = 2000;
+  std::atomic<bool> stop{false};
+  uint64_t local_adds = 0;  // the target's own adds, for as long as the remote ones run
+  std::thread local([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      __atomic_fetch_add(word, 1, __ATOMIC_RELAXED);
+      __atomic_fetch_add(sig, 1, __ATOMIC_RELAXED);
+      ++local_adds;
+    }
+  });
+  std::vector<uint64_t> olds(kRemote);
+  size_t posted = 0, done = 0;
+  while (done < 2 * kRemote) {
+    while (posted < 2 * kRemote) {
+      const size_t i = posted / 2;
+      const Status s = posted % 2 == 0 ? p.a->fetch_add(p.ab, &olds[i], t.key_id, t.base(), 1, posted)
+                                       : p.a->signal(p.ab, t.key_id, t.base() + 8, SignalOp::Add, 1, posted);
+      if (s == Status::NoSpace) break;
+      ASSERT_EQ(s, Status::Ok);
+      ++posted;
+    }
+    Completion c[64];
+    const size_t n = p.a->poll(c, 64);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(c[i].status, Status::Ok) << c[i].cookie;
+    done += n;
+    p.b->poll(c, 64);
+  }
+  stop = true;
+  local.join();
+  EXPECT_EQ(__atomic_load_n(word, __ATOMIC_ACQUIRE), local_adds + kRemote);
+  EXPECT_EQ(__atomic_load_n(sig, __ATOMIC_ACQUIRE), local_adds + kRemote);
+  std::set<uint64_t> seen(olds.begin(), olds.end());
+  EXPECT_EQ(seen.size(), size_t{kRemote}) << "two fetch_adds saw the same old value";
+  EXPECT_GT(local_adds, 0u);
+}
+}  // namespace
+}  // namespace kinet::test

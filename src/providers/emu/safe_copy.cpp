@@ -76,6 +76,34 @@ bool guarded_memcpy(void* dst, const void* src, size_t n) {
   return true;
 }
 
+// A CPU atomic on host memory that a fault ends early: false (nothing
+// written) if the word is not mapped or not writable. p is 8-byte aligned
+// (the callers check). acq_rel: the data a requester put before the atomic
+// is visible to whoever reads the new value, as for signals.
+bool guarded_atomic(uint64_t* p, bool fetch_add, uint64_t operand, uint64_t compare, uint64_t* old) {
+  auto apply = [&] {
+    if (fetch_add) {
+      *old = __atomic_fetch_add(p, operand, __ATOMIC_ACQ_REL);
+    } else {
+      uint64_t expected = compare;
+      __atomic_compare_exchange_n(p, &expected, operand, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+      *old = expected;  // the previous value, hit or miss
+    }
+  };
+  if (!install_handler()) {
+    apply();
+    return true;
+  }
+  sigjmp_buf j;
+  if (sigsetjmp(j, 0) != 0) return false;
+  tl_jump = &j;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  apply();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tl_jump = nullptr;
+  return true;
+}
+
 // Whether every byte of [p, +n) can be read (probes in bounce-sized pieces).
 bool readable(const void* p, size_t n) {
   static thread_local std::vector<uint8_t> probe(kBounce);
@@ -165,6 +193,13 @@ CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, s
 
 CopyResult safe_atomic(uint64_t* target, MemoryKind kind, bool fetch_add, uint64_t operand, uint64_t compare,
                        uint64_t* old) {
+  if (kind == MemoryKind::Host) {
+    if (guarded_atomic(target, fetch_add, operand, compare, old)) return {};
+    CopyResult r;
+    r.side = CopyResult::Dst;
+    r.why = "atomic target " + range(target, 8) + " is not mapped or not writable (unmapped after registration?)";
+    return r;
+  }
   std::lock_guard<std::mutex> g(atomic_mu());
   uint64_t v = 0;
   if (CopyResult r = safe_copy(&v, MemoryKind::Host, target, kind, 8)) return r;

@@ -26,9 +26,11 @@ struct CopyResult {
 // host side bounced through the guarded copy. Never throws.
 CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n);
 
-// Serialises every NIC atomic of this process (hardware atomics are atomic
-// among the NIC's atomics, not with CPU or GPU threads: IBV_ATOMIC_HCA) and
-// reads-modifies-writes the 8 bytes at `target` through safe_copy.
+// One NIC atomic on the 8 aligned bytes at `target`. Host memory: a CPU
+// atomic (acq_rel) that a fault ends early, so it is atomic with CPU threads'
+// atomics on the word too (more than IBV_ATOMIC_HCA promises). GPU memory:
+// a read-modify-write through safe_copy under one process-wide lock (atomic
+// among this process's NIC atomics only, not with GPU threads).
 // `old` receives the previous value (host byte order).
 CopyResult safe_atomic(uint64_t* target, MemoryKind kind, bool fetch_add, uint64_t operand, uint64_t compare,
                        uint64_t* old);
