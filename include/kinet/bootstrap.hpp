@@ -66,6 +66,11 @@ struct UniqueId {
   // also ends at process exit. This process must live until init() returned
   // on every rank. Throws NotFound (no interface) or System.
   static UniqueId create();
+  // Stops the rendezvous this process started for `id` (create()), when it is
+  // certain that no rank will use it: a rank that registers or waits there
+  // afterwards fails to init(). Returns false when this process runs no
+  // rendezvous for `id` (another process's, an ended one, or cancelled).
+  static bool cancel(const UniqueId& id);
 
   std::string to_string() const;  // 256 lower-case hex digits
   // Throws InvalidArgument: wrong length, a non-hex digit, or validate().

@@ -6,7 +6,8 @@
 //
 // Shape: listen() starts a kinet bootstrap root and returns its UniqueId as
 // the handle (128 bytes = NCCL_NET_HANDLE_MAXSIZE); connect() joins rank 0's
-// (every rank's handle is a root, only handles[0] is used), exchanges the
+// (every rank's handle is a root, only handles[0] is used: the others are
+// cancelled there), exchanges the
 // transport addresses and connects every rank to every rank, itself
 // included. regMrSym exchanges the RemoteKey blobs over the bootstrap.
 #include "gin.hpp"
@@ -30,6 +31,7 @@ struct GinCtx {
 
 struct GinListen {
   int dev = 0;
+  UniqueId id{};  // the root listen() started: cancelled by connect() when another rank's serves
 };
 
 // A registered window: local memory plus every rank's key for its copy.
@@ -163,6 +165,7 @@ Result gin_listen(void* ctx, int dev, void* handle, void** listen_comm) {
     std::memcpy(handle, &id, sizeof id);
     auto* l = new GinListen;
     l->dev = dev;
+    l->id = id;
     live_add(l, Kind::GinListen);
     *listen_comm = l;
     info("GIN listen: bootstrap root %s", id.address_string().c_str());
@@ -182,6 +185,11 @@ Result gin_connect(void* ctx, void* handles[], int nranks, int rank, void* liste
     UniqueId id;
     std::memcpy(&id, handles[0], sizeof id);
     id.validate();
+    // Only rank 0's root is used: this rank's own (if it is another) would
+    // hold a thread and a socket until exit.
+    auto* l = static_cast<GinListen*>(listen_comm);
+    if (std::memcmp(&l->id, &id, sizeof id) != 0 && UniqueId::cancel(l->id))
+      info("GIN connect: rank %d stopped its unused bootstrap root %s", rank, l->id.address_string().c_str());
     auto c = std::make_unique<GinComm>();
     c->rank = rank;
     c->nranks = nranks;

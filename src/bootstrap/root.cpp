@@ -5,6 +5,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -35,6 +36,7 @@ class RootService {
     thread_.join();
   }
   bool finished() const { return finished_.load(std::memory_order_acquire); }
+  bool serves(const uint8_t* secret) const { return std::memcmp(secret_, secret, sizeof secret_) == 0; }
 
  private:
   void reply(int fd, RootStatus st, const std::vector<WireAddr>* table, const SockAddr& peer) {
@@ -187,6 +189,23 @@ UniqueId UniqueId::create() {
   reg.services.push_back(std::move(svc));
   KINET_LOG(Info, "bootstrap: root listening on %s (%s)", bound.str().c_str(), iface.name.c_str());
   return id;
+}
+
+bool UniqueId::cancel(const UniqueId& id) {
+  std::unique_ptr<RootService> gone;  // stopped outside the lock: its destructor joins the thread
+  {
+    Registry& reg = registry();
+    std::lock_guard<std::mutex> g(reg.mu);
+    if (::getpid() != reg.pid) return false;  // a forked child: the services' threads are the parent's
+    auto it = std::find_if(reg.services.begin(), reg.services.end(),
+                           [&](const std::unique_ptr<RootService>& s) { return s->serves(id.secret); });
+    if (it == reg.services.end()) return false;
+    gone = std::move(*it);
+    reg.services.erase(it);
+  }
+  const bool was_running = !gone->finished();
+  gone.reset();
+  return was_running;
 }
 
 void UniqueId::validate() const {

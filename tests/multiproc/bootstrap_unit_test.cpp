@@ -240,6 +240,26 @@ TEST_F(Loopback, ThreadsAllgatherP2pAndArgumentChecks) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(errs[r], "") << "rank " << r;
 }
 
+// cancel(): the rendezvous stops (a rank that comes later fails to init,
+// within its bound), a second cancel or another id finds nothing, and a used
+// rendezvous that ended is not "running".
+TEST_F(Loopback, CancelledRendezvousRefusesLateRanks) {
+  auto unused = kinet::UniqueId::create();
+  auto other = kinet::UniqueId::create();
+  EXPECT_TRUE(kinet::UniqueId::cancel(unused));
+  EXPECT_FALSE(kinet::UniqueId::cancel(unused));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto errs = run_threads(1, unused, 1s, [](kinet::Bootstrap&) {});
+  EXPECT_NE(errs[0], "") << "init at a cancelled rendezvous succeeded";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  auto ok = run_threads(2, other, 10s, [](kinet::Bootstrap& bs) { bs.barrier(); });
+  EXPECT_EQ(ok[0], "");
+  EXPECT_EQ(ok[1], "");
+  kinet::UniqueId forged = other;
+  forged.secret[0] ^= 1;
+  EXPECT_FALSE(kinet::UniqueId::cancel(forged));
+}
+
 TEST_F(Loopback, RecvTimeoutNamesPeerAndTag) {
   auto id = kinet::UniqueId::create();
   auto errs = run_threads(2, id, 300ms, [&](kinet::Bootstrap& bs) {
