@@ -150,17 +150,20 @@ Status Thread::execute(ProxyChannel& c, uint64_t idx, const dev::ProxyDesc& d, s
   // The local buffer [addr, addr + len) inside lkey's region of this transport.
   auto local = [&](uint64_t addr, uint64_t len, bool write) {
     Proxy::RegionEntry e;
+    const bool found = proxy_->lookup(lkey, &e);
+    const bool ours = found && e.transport == index_;
+    const bool inside = ours && addr >= e.base && len <= e.len && addr - e.base <= e.len - len;
+    if (inside && (!write || (e.access & kLocalWrite))) return true;
+    // The message only on failure: this runs for every descriptor.
     const std::string what = std::string(op_name(op)) + ": local buffer [" + hex(addr) + ", +" +
                              std::to_string(len) + ") under lkey " + std::to_string(lkey);
-    if (!proxy_->lookup(lkey, &e)) *why = what + ": the lkey is not a region registered with this proxy";
-    else if (e.transport != index_)
+    if (!found) *why = what + ": the lkey is not a region registered with this proxy";
+    else if (!ours)
       *why = what + ": the region is registered with transport " + std::to_string(e.transport) +
              ", the channel uses transport " + std::to_string(index_);
-    else if (addr < e.base || len > e.len || addr - e.base > e.len - len)
+    else if (!inside)
       *why = what + " is outside the region [" + hex(e.base) + ", +" + std::to_string(e.len) + ")";
-    else if (write && !(e.access & kLocalWrite))
-      *why = what + ": the region was registered without kLocalWrite";
-    else return true;
+    else *why = what + ": the region was registered without kLocalWrite";
     return false;
   };
   const uint64_t cookie = uint64_t{s.local} << 32 | static_cast<uint32_t>(idx);
