@@ -444,11 +444,6 @@ TEST(TransportOpen, Providers) {
   }
 }
 
-}  // namespace
-}  // namespace kinet::test
-
-namespace kinet::test {
-namespace {
 // Zero-length transfers: a put/get of 0 bytes moves nothing and completes Ok
 // (as an RDMA write/read of 0 bytes does); a put_signal of 0 bytes is the
 // signal alone. Nothing outside the target's region is touched.
@@ -513,11 +508,6 @@ TEST(TransportEdges, DestroyedWithOperationsInFlight) {
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].status, Status::Ok);
 }
-}  // namespace
-}  // namespace kinet::test
-
-namespace kinet::test {
-namespace {
 // Remote fetch_adds and signal adds on host memory are CPU atomics at the
 // target: none is lost against the target's own threads adding to the same
 // word at the same time (a read-modify-write through copies lost updates).
