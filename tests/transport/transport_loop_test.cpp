@@ -517,15 +517,16 @@ TEST(TransportEdges, AtomicsAreAtomicWithTheTargetsCpuAtomics) {
   auto* word = reinterpret_cast<uint64_t*>(t.mem.data());
   auto* sig = reinterpret_cast<uint64_t*>(t.mem.data() + 8);
   constexpr int kRemote = 2000;
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, started{false};
   uint64_t local_adds = 0;  // the target's own adds, for as long as the remote ones run
   std::thread local([&] {
     while (!stop.load(std::memory_order_relaxed)) {
       __atomic_fetch_add(word, 1, __ATOMIC_RELAXED);
       __atomic_fetch_add(sig, 1, __ATOMIC_RELAXED);
-      ++local_adds;
+      if (++local_adds == 1000) started.store(true);
     }
   });
+  while (!started.load()) std::this_thread::yield();  // the two sides overlap
   std::vector<uint64_t> olds(kRemote);
   size_t posted = 0, done = 0;
   while (done < 2 * kRemote) {
