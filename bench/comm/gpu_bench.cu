@@ -390,7 +390,16 @@ void Rank::latency() {
       }
     }
   }
-  if (r_ == 0) print_rule();
+  if (r_ != 0) return;
+  print_rule();
+  // Without MPS the two processes' kernels take turns on the GPU (time
+  // slices of about a millisecond): each round trip then waits for a switch.
+  if (!run_.lat.empty() && median(run_.lat.front().half_rtt_us) > 50) {
+    run_.notes.push_back("ping-pong half round trips above 50 us: the two processes' kernels most likely take turns "
+                         "on the GPU (time slicing, no MPS); run under MPS (nvidia-cuda-mps-control -d) to measure "
+                         "the communicator rather than the scheduler");
+    std::printf(" note: %s\n", run_.notes.back().c_str());
+  }
 }
 
 void Rank::barrier() {

@@ -20,7 +20,7 @@ struct GpuOpts {
   uint32_t bw_factor = 2;            // sizes bw_min * factor^k
   uint32_t ctas_per_sm = 0;          // 0: as many as fit (occupancy)
   uint32_t bw_threads = 512;
-  int trials = 3;                    // timed trials per size (median)
+  int trials = 5;                    // timed trials per size (median)
   double trial_ms = 20;              // aim of one trial; sets #iterations
   uint64_t lat_max = uint64_t{256} << 10;  // ping-pong sizes 8, 64, ..., lat_max (x8)
   uint32_t lat_cta_threads = 256;

@@ -133,6 +133,7 @@ nlohmann::ordered_json to_json(const GpuRun& r) {
                   {"ratio", num(b.ratio())},
                   {"verified", b.verified}});
   j["put_bw"] = bw;
+  if (!r.notes.empty()) j["notes"] = r.notes;
   json lat = json::array();
   for (const auto& l : r.lat)
     lat.push_back({{"group", l.group},

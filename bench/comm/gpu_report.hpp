@@ -45,6 +45,7 @@ struct GpuRun {
   std::vector<BwRow> bw;
   std::vector<LatRow> lat;
   std::vector<BarrierRow> barrier;  // empty or one
+  std::vector<std::string> notes;   // printed under the tables, kept in the JSON
   std::string error;                // empty when the run completed
   bool all_verified() const;
 };
