@@ -267,6 +267,7 @@ void Rank::setup() {
   run_.sms = prop.multiProcessorCount;
   run_.bw_grid = grid_;
   run_.comm_report = comm_->report();
+  if (r_ == 0) std::printf("%s\n", run_.comm_report.c_str());
   comm_->barrier();
 }
 

@@ -55,7 +55,7 @@ void print_rule() {
 }
 
 void print_bw_header(const GpuRun& r) {
-  std::printf("%s\n", kRule);
+  std::printf("\n%s\n", kRule);
   std::printf("                    kinet-comm-perf: put bandwidth, rank 0 -> rank 1\n");
   std::printf(" Ranks           : 2 processes on one GPU (%s, %d SMs), path %s\n", r.gpu.c_str(), r.sms,
               r.path.c_str());
@@ -64,6 +64,7 @@ void print_bw_header(const GpuRun& r) {
   std::printf(" Baseline        : cudaMemcpyAsync device-to-device of the same bytes on the same GPU\n");
   std::printf(" Reported        : GB/s = 10^9 bytes/s, CUDA events over #iterations, median of %d trials\n",
               r.trials);
+  std::printf(" Goal (issue 11) : kinet/baseline >= 0.9 from 1 MiB up\n");
   std::printf("%s\n", kRule);
   std::printf(" %-12s %-12s %-16s %-20s %-16s %s\n", "#bytes", "#iterations", "kinet[GB/s]", "cudaMemcpy[GB/s]",
               "kinet/baseline", "data");
@@ -77,7 +78,7 @@ void print_bw_row(const BwRow& b) {
 }
 
 void print_lat_header(const GpuRun& r) {
-  std::printf("%s\n", kRule);
+  std::printf("\n%s\n", kRule);
   std::printf("                    kinet-comm-perf: put_signal ping-pong latency\n");
   std::printf(" Ranks           : 2 processes on one GPU (%s), path %s\n", r.gpu.c_str(), r.path.c_str());
   std::printf(" Round trip      : rank 0 put_signal -> rank 1 waits, answers put_signal -> rank 0 waits\n");
@@ -99,7 +100,7 @@ void print_lat_row(const LatRow& l) {
 }
 
 void print_barrier(const GpuRun& r, const BarrierRow& b) {
-  std::printf("%s\n", kRule);
+  std::printf("\n%s\n", kRule);
   std::printf("                    kinet-comm-perf: dev::barrier latency (one thread per rank, 2 ranks)\n");
   std::printf(" Ranks           : 2 processes on one GPU (%s), path %s\n", r.gpu.c_str(), r.path.c_str());
   std::printf("%s\n", kRule);
