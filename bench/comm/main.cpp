@@ -1,11 +1,18 @@
 // kinet-comm-perf: the communicator's device API between two processes,
-// each beside its baseline in the same run:
+// each beside its baseline in the same run. Two modes:
+//
+// gpu (built with CUDA; the default where CUDA sees a GPU): two processes on
+// ONE GPU, kernels post, windows in GPU memory (gpu_bench.hpp):
+//   put bandwidth, cta_put from a full GPU of CTAs  vs  cudaMemcpyAsync D2D
+//   put_signal ping-pong latency, one thread / warp / CTA
+//   dev::barrier latency
+//   kinet-comm-perf [--mode gpu] [--path p2p|proxy] [--json FILE] [--quick]
+//
+// cpu: host threads post (the CPU-only configuration):
 //   put bandwidth (quiet at the end of each window)  vs  memcpy of the same bytes
 //   put_signal ping-pong latency (half a round trip)  vs  a bare shared-memory flag ping-pong
 //   barrier latency
-// Host threads post (the CPU-only configuration). GPU kernel figures (put
-// bandwidth vs cudaMemcpy device-to-device) come from the GPU version later.
-//   kinet-comm-perf [--transport tcp|shm] [--path auto|proxy] [--iters N] [--max-bytes B] [--json FILE]
+//   kinet-comm-perf --mode cpu [--transport tcp|shm] [--path auto|proxy] [--iters N] [--max-bytes B] [--json FILE]
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +28,9 @@
 #include <vector>
 
 #include "kinet/comm.hpp"
+#if KINET_COMM_PERF_GPU
+#include "gpu_bench.hpp"
+#endif
 
 using namespace kinet;
 using Clock = std::chrono::steady_clock;
@@ -106,13 +116,70 @@ nlohmann::json run(int rank, const std::string& id, const Opts& o, std::atomic<u
 
 int main(int argc, char** argv) {
   Opts o;
+  std::string mode = "auto";
   CLI::App app{"kinet-comm-perf: communicator put bandwidth, put_signal ping-pong, barrier latency (2 processes)"};
-  app.add_option("--transport", o.transport, "tcp, shm, ucx, ofi");
-  app.add_option("--path", o.path, "auto or proxy");
-  app.add_option("--iters", o.iters, "iterations per point")->check(CLI::Range(1, 1000000));
-  app.add_option("--max-bytes", o.max_bytes, "largest message")->check(CLI::Range(8, 1 << 28));
-  app.add_option("--json", o.json, "write the results here (default: stdout)");
+  app.add_option("--mode", mode, "gpu (kernels, 2 processes on one GPU), cpu (host threads), auto: gpu where CUDA "
+                                 "sees a GPU and this build has CUDA, else cpu")
+      ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
+  app.add_option("--transport", o.transport, "tcp, shm, ucx, ofi (cpu mode; gpu mode: the proxy path's)");
+  app.add_option("--path", o.path, "cpu mode: auto or proxy (default auto); gpu mode: p2p or proxy (default p2p)");
+  app.add_option("--iters", o.iters, "cpu mode: iterations per point")->check(CLI::Range(1, 1000000));
+  app.add_option("--max-bytes", o.max_bytes, "cpu mode: largest message")->check(CLI::Range(8, 1 << 28));
+  app.add_option("--json", o.json, "write the results here (cpu mode default: stdout)");
+#if KINET_COMM_PERF_GPU
+  kcp::GpuOpts g;
+  bool quick = false;
+  app.add_option("--bw-min-bytes", g.bw_min, "gpu: smallest put_bw size (a power of two)")
+      ->check(CLI::Range(uint64_t{1} << 12, uint64_t{1} << 32));
+  app.add_option("--bw-max-bytes", g.bw_max, "gpu: largest put_bw size (a power of two; windows hold 2x)")
+      ->check(CLI::Range(uint64_t{1} << 12, uint64_t{1} << 32));
+  app.add_option("--bw-factor", g.bw_factor, "gpu: put_bw sizes grow by this factor")->check(CLI::IsMember({2, 4}));
+  app.add_option("--ctas-per-sm", g.ctas_per_sm, "gpu: put_bw grid = SMs x this (0: as many as fit)")
+      ->check(CLI::Range(0u, 64u));
+  app.add_option("--bw-threads", g.bw_threads, "gpu: threads per put_bw CTA")->check(CLI::IsMember({128, 256, 512, 1024}));
+  app.add_option("--trials", g.trials, "gpu: timed trials per put_bw size (median)")->check(CLI::Range(1, 100));
+  app.add_option("--trial-ms", g.trial_ms, "gpu: aim of one trial (sets #iterations)")->check(CLI::Range(0.1, 10000.0));
+  app.add_option("--lat-max-bytes", g.lat_max, "gpu: largest ping-pong size (8, 64, ... x8)")
+      ->check(CLI::IsMember({8, 64, 512, 4096, 32768, 262144, 2097152}));
+  app.add_option("--lat-cta-threads", g.lat_cta_threads, "gpu: threads of the ping-pong CTA")
+      ->check(CLI::IsMember({64, 128, 256, 512, 1024}));
+  app.add_option("--launches", g.launches, "gpu: ping-pong / barrier samples (median)")->check(CLI::Range(1, 1000));
+  app.add_option("--launch-ms", g.launch_ms, "gpu: aim of one sample launch (sets #round trips)")
+      ->check(CLI::Range(0.1, 10000.0));
+  app.add_option("--only", g.only, "gpu: comma-separated parts to run: bw, lat, barrier");
+  app.add_option("--timeout-ms", g.timeout_ms, "gpu: bound of every device-side wait")->check(CLI::Range(100u, 600000u));
+  app.add_option("--deadline-s", g.deadline_s, "gpu: bound of the whole run")->check(CLI::Range(10u, 86400u));
+  app.add_flag("--progress", g.progress, "gpu: progress line on stderr even when it is no terminal");
+  app.add_flag("--quick", quick, "gpu: a smoke run (1 trial, 2 launches, 4 ms aims, put_bw up to 16 MiB)");
+#endif
   CLI11_PARSE(app, argc, argv);
+#if KINET_COMM_PERF_GPU
+  if (mode == "gpu" || (mode == "auto" && kcp::gpu_visible())) {
+    if (!app.count("--path")) o.path = "p2p";
+    if (o.path != "p2p" && o.path != "proxy") {
+      std::fprintf(stderr, "kinet-comm-perf: gpu mode: --path p2p or proxy, not %s\n", o.path.c_str());
+      return 2;
+    }
+    if (quick) {
+      g.trials = 1, g.launches = 2, g.trial_ms = g.launch_ms = 4;
+      if (!app.count("--bw-max-bytes")) g.bw_max = std::min<uint64_t>(g.bw_max, 16 << 20);
+    }
+    if (g.bw_min > g.bw_max || (g.bw_min & (g.bw_min - 1)) || (g.bw_max & (g.bw_max - 1))) {
+      std::fprintf(stderr, "kinet-comm-perf: --bw-min-bytes and --bw-max-bytes: powers of two, min <= max\n");
+      return 2;
+    }
+    g.path = o.path;
+    g.transport = o.transport;
+    g.json = o.json;
+    for (int i = 0; i < argc; ++i) g.command_line += (i ? " " : "") + std::string(argv[i]);
+    return kcp::run_gpu(g);
+  }
+#else
+  if (mode == "gpu") {
+    std::fprintf(stderr, "kinet-comm-perf: gpu mode: this build has no CUDA (configure with -DKINET_CUDA=ON)\n");
+    return 2;
+  }
+#endif
   auto* flags = static_cast<std::atomic<uint64_t>*>(
       mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   int fds[2];

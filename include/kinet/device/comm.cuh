@@ -195,6 +195,41 @@ template <Sharing S = Sharing::Gpu> KINET_HD Status quiet(const CommHandle& c);
 template <Sharing S = Sharing::Gpu> KINET_HD Status fence(const CommHandle& c, int peer);
 template <Sharing S = Sharing::Gpu> KINET_HD Status barrier(const CommHandle& c);
 
+#if defined(__CUDACC__)
+// ---------------------------------------------------------------------------
+// Group variants (kernels only; bodies in impl/comm_funcs.cuh, beside
+// warp_put / cta_put). The group moves ONE buffer together: every thread of
+// the group calls with the same arguments and gets the same status. Warp: the
+// active lanes (__activemask()); CTA: every thread of the block (it
+// synchronises the block: call it where all threads reach it).
+//   P2p, Self: the group copies the data (16 bytes per thread per step), then
+//   ONE thread applies the signal after a system-scope release fence.
+//   Other paths (Proxy): ONE thread posts the put_signal descriptor.
+// Ordering: the signal changes only after this call's data AND every earlier
+// put / put_value / atomic of EVERY thread of the group to that peer (the
+// group synchronises before the signal), besides the thread variants'
+// promise. Arguments are checked before anything moves: a bad argument
+// moves no data and applies no signal (same errors as put_signal / signal).
+
+// warp_put + the signal of put_signal. bytes == 0: signal only.
+template <Sharing S = Sharing::Gpu>
+__device__ Status warp_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                                  const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
+                                  uint64_t sig_off, SigOp op, uint64_t value);
+template <Sharing S = Sharing::Gpu>
+__device__ Status cta_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                                 const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
+                                 uint64_t sig_off, SigOp op, uint64_t value);
+// The signal alone, after the group's earlier operations (e.g. after several
+// warp_put / cta_put calls of the group to that peer).
+template <Sharing S = Sharing::Gpu>
+__device__ Status warp_signal(const CommHandle& c, int peer, const WindowHandle& sig, uint64_t sig_off, SigOp op,
+                              uint64_t value);
+template <Sharing S = Sharing::Gpu>
+__device__ Status cta_signal(const CommHandle& c, int peer, const WindowHandle& sig, uint64_t sig_off, SigOp op,
+                             uint64_t value);
+#endif  // __CUDACC__
+
 // What a path is called in messages.
 KINET_HD const char* comm_path_name(uint32_t p) {
   return p == uint32_t(CommPath::Self) ? "self" : p == uint32_t(CommPath::P2p) ? "p2p"

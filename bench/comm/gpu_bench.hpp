@@ -1,0 +1,42 @@
+// kinet-comm-perf, GPU mode: two ranks as two processes on ONE GPU, kernels
+// driving the communicator's device API, each figure beside its baseline:
+//   put bandwidth (dev::cta_put from a full GPU of CTAs) vs cudaMemcpyAsync D2D;
+//   put_signal ping-pong latency, one thread / one warp / one CTA;
+//   dev::barrier latency.
+// Built when CUDA is (KINET_COMM_PERF_GPU); gpu_bench.cu holds the kernels.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace kcp {
+
+struct GpuOpts {
+  std::string path = "p2p";          // p2p | proxy
+  std::string transport = "tcp";     // the proxy path's transport
+  std::string only = "bw,lat,barrier";
+  std::string json;                  // --json FILE
+  std::string command_line;
+  uint64_t bw_min = uint64_t{1} << 20, bw_max = uint64_t{256} << 20;
+  uint32_t bw_factor = 2;            // sizes bw_min * factor^k
+  uint32_t ctas_per_sm = 0;          // 0: as many as fit (occupancy)
+  uint32_t bw_threads = 512;
+  int trials = 5;                    // timed trials per size (median)
+  double trial_ms = 20;              // aim of one trial; sets #iterations
+  uint64_t lat_max = uint64_t{256} << 10;  // ping-pong sizes 8, 64, ..., lat_max (x8)
+  uint32_t lat_cta_threads = 256;
+  int launches = 5;                  // ping-pong / barrier samples (median)
+  double launch_ms = 10;             // aim of one sample launch; sets #round trips
+  uint32_t timeout_ms = 20000;       // every device-side wait (CommConfig::timeout)
+  uint32_t deadline_s = 600;         // the whole run; ranks still alive then are killed
+  bool progress = false;             // progress line on stderr even when it is no terminal
+};
+
+// Whether CUDA sees a GPU, asked in a forked child: the ranks must be forked
+// before this process makes any CUDA call. Bounded (60 s).
+bool gpu_visible();
+
+// Forks the two ranks, runs, prints tables (rank 0) and writes the JSON.
+// Returns the exit code: 0, or 1 on a failure or a wrong result.
+int run_gpu(const GpuOpts& o);
+
+}  // namespace kcp
