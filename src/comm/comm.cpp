@@ -1,5 +1,5 @@
 // kinet — the communicator's host side: transport, proxy, path choice per
-// peer, windows, the peer monitor.
+// peer, the gdaki QPs, windows, the peer monitor.
 #include "kinet/comm.hpp"
 
 #include <unistd.h>
@@ -29,7 +29,8 @@ struct NodeInfo {
   char host[64];
   char boot_id[40];
   uint32_t gpu;  // windows in GPU memory
-  uint32_t pad;
+  uint32_t nic;  // 1: a NIC for the gdaki path is open
+  char nic_text[160];  // nic: its name; else why there is none (empty: not looked for)
 };
 
 NodeInfo node_info(bool gpu) {
@@ -60,24 +61,26 @@ void* device_copy(bool gpu, const void* host, size_t bytes) {
 struct WindowBlob {
   uint64_t addr = 0, bytes = 0;
   uint32_t gpu = 0, has_ipc = 0;
+  uint32_t qp_rkey = 0, pad = 0;  // gdaki: the part's MR rkey (host order)
   comm_ipc::Exported ipc{};
   std::vector<uint8_t> key;  // RemoteKey::serialize()
 };
 
 std::vector<uint8_t> pack(const WindowBlob& b) {
-  std::vector<uint8_t> v(sizeof(uint64_t) * 2 + 8 + sizeof(comm_ipc::Exported) + b.key.size());
+  std::vector<uint8_t> v(sizeof(uint64_t) * 2 + 16 + sizeof(comm_ipc::Exported) + b.key.size());
   uint8_t* p = v.data();
   std::memcpy(p, &b.addr, 8), p += 8;
   std::memcpy(p, &b.bytes, 8), p += 8;
   std::memcpy(p, &b.gpu, 4), p += 4;
   std::memcpy(p, &b.has_ipc, 4), p += 4;
+  std::memcpy(p, &b.qp_rkey, 4), p += 8;
   std::memcpy(p, &b.ipc, sizeof b.ipc), p += sizeof b.ipc;
   std::memcpy(p, b.key.data(), b.key.size());
   return v;
 }
 
 WindowBlob unpack(const std::vector<uint8_t>& v, int rank) {
-  constexpr size_t fixed = 24 + sizeof(comm_ipc::Exported);
+  constexpr size_t fixed = 32 + sizeof(comm_ipc::Exported);
   if (v.size() < fixed)
     throw Error(ErrorCode::InvalidArgument, "comm: window blob of rank " + std::to_string(rank) + " is " +
                                                 std::to_string(v.size()) + " bytes, less than " + std::to_string(fixed));
@@ -87,6 +90,7 @@ WindowBlob unpack(const std::vector<uint8_t>& v, int rank) {
   std::memcpy(&b.bytes, p, 8), p += 8;
   std::memcpy(&b.gpu, p, 4), p += 4;
   std::memcpy(&b.has_ipc, p, 4), p += 4;
+  std::memcpy(&b.qp_rkey, p, 4), p += 8;
   std::memcpy(&b.ipc, p, sizeof b.ipc), p += sizeof b.ipc;
   b.key.assign(p, v.data() + v.size());
   return b;
@@ -104,6 +108,7 @@ struct CommWindow::Impl {
   bool owned = false, gpu = false;
   void* local = nullptr;
   std::unique_ptr<ProxyRegion> region;
+  std::unique_ptr<MemoryRegion> mr;                // gdaki: the part registered on the Comm's PD
   dev::CommWindowPeer* peers = nullptr;            // pinned
   void* dev_peers = nullptr;                       // GPU copy of peers (GPU windows), else null
   std::vector<std::pair<void*, uint64_t>> mapped;  // IPC mappings to close
@@ -111,6 +116,7 @@ struct CommWindow::Impl {
   ~Impl() {
     for (auto& [p, off] : mapped) comm_ipc::close(p, off);
     region.reset();
+    mr.reset();  // the Comm destroyed its QPs first: nothing moves through the MR any more
     if (owned) {
       if (gpu) comm_ipc::free(local);
       else cuda::free_pinned(local);
@@ -124,7 +130,7 @@ struct Comm::Impl {
   Bootstrap* bs = nullptr;
   int rank = 0, size = 0;
   bool gpu = false;
-  std::string mode;  // auto, proxy, p2p
+  std::string mode;  // auto, proxy, p2p, gdaki
   uint64_t timeout_ns = 0;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Proxy> proxy;
@@ -140,6 +146,12 @@ struct Comm::Impl {
   uint8_t* scratch = nullptr;           // put_value sources and atomic results of proxy peers
   bool scratch_on_gpu = false;          // GPU memory (kernels post) or pinned host memory (host threads)
   std::unique_ptr<ProxyRegion> scratch_region;
+  // Gdaki: one NIC and PD, one RC QP per gdaki peer, the atomics' scratch.
+  std::unique_ptr<Device> device;
+  std::unique_ptr<ProtectionDomain> pd;
+  std::vector<std::unique_ptr<QueuePair>> qps;  // rank -> QP (gdaki peers only)
+  uint8_t* qp_scratch = nullptr;                // per gdaki peer: atomic slots, then the signals' discard word
+  std::unique_ptr<MemoryRegion> qp_scratch_mr;
   std::vector<std::unique_ptr<CommWindow>> windows;  // [0]: the barrier window
   // Monitor: marks peers the transport lost, so that device waits end.
   std::thread monitor;
@@ -160,18 +172,24 @@ struct Comm::Impl {
       monitor.join();
     }
     if (proxy) proxy->stop();  // posters see WrFlushed for what did not complete
+    qps.clear();               // flushed and gone (bounded, also with a lost peer) before their MRs and memory
     windows.clear();           // regions before the proxy, memory after its threads stopped
     scratch_region.reset();
+    qp_scratch_mr.reset();
     proxy.reset();
     transport.reset();
-    if (scratch_on_gpu) cuda::free_device(scratch);
-    else cuda::free_pinned(scratch);
+    pd.reset();
+    device.reset();
+    if (scratch_on_gpu) cuda::free_device(scratch), cuda::free_device(qp_scratch);
+    else cuda::free_pinned(scratch), cuda::free_pinned(qp_scratch);
     cuda::free_pinned(peers);
     cuda::free_device(dev_peers);
     cuda::free_pinned(state);
     cuda::free_pinned(peer_down);
   }
   void setup_proxy_peers(const CommConfig& cfg);
+  void open_nic(const CommConfig& cfg, NodeInfo& me);
+  void connect_gdaki_peers(const CommConfig& cfg);
   void import_keys(CommWindow& w);
 };
 
@@ -189,8 +207,8 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   m.size = bs.size();
   const std::string who = "comm rank " + std::to_string(m.rank);
   m.mode = cfg.path.empty() ? env::get_str("KINET_COMM_PATH", "auto") : cfg.path;
-  if (m.mode != "auto" && m.mode != "proxy" && m.mode != "p2p")
-    throw Error(ErrorCode::InvalidArgument, who + ": path \"" + m.mode + "\" is not auto, proxy or p2p");
+  if (m.mode != "auto" && m.mode != "proxy" && m.mode != "p2p" && m.mode != "gdaki")
+    throw Error(ErrorCode::InvalidArgument, who + ": path \"" + m.mode + "\" is not auto, proxy, p2p or gdaki");
   if (cfg.slots < 2 || cfg.slots > (1u << 20) || (cfg.slots & (cfg.slots - 1)))
     throw Error(ErrorCode::InvalidArgument, who + ": slots " + std::to_string(cfg.slots) +
                                                 " is not a power of two in 2..2^20");
@@ -202,8 +220,9 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   const uint64_t ms = cfg.timeout.count() > 0 ? static_cast<uint64_t>(cfg.timeout.count()) : default_timeout_ms();
   m.timeout_ns = std::min<uint64_t>(ms, env::kMaxTimeoutMs) * 1000000ull;
 
-  // Who is where.
-  const NodeInfo me = node_info(m.gpu);
+  // Who is where, and who has a NIC for gdaki.
+  NodeInfo me = node_info(m.gpu);
+  m.open_nic(cfg, me);
   for (auto& b : bs.allgather(&me, sizeof me)) {
     if (b.size() != sizeof(NodeInfo))
       throw Error(ErrorCode::InvalidArgument, who + ": a peer's node info has " + std::to_string(b.size()) + " bytes");
@@ -211,6 +230,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
     std::memcpy(&n, b.data(), sizeof n);
     n.host[sizeof n.host - 1] = 0;
     n.boot_id[sizeof n.boot_id - 1] = 0;
+    n.nic_text[sizeof n.nic_text - 1] = 0;
     m.nodes.push_back(n);
   }
 
@@ -241,6 +261,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
     const NodeInfo& n = m.nodes[r];
     std::string why;
     if (m.mode == "proxy") why = "KINET_COMM_PATH/CommConfig::path is proxy";
+    else if (m.mode == "gdaki") why = "KINET_COMM_PATH/CommConfig::path is gdaki";
     else if (!m.gpu) why = "windows in host memory (no GPU here" + (no_gpu.empty() ? std::string() : ": " + no_gpu) + "); CUDA IPC maps GPU memory only";
     else if (!n.gpu) why = "rank " + std::to_string(r) + " keeps its windows in host memory";
     else if (std::strcmp(n.host, me.host) != 0 || std::strcmp(n.boot_id, me.boot_id) != 0)
@@ -248,10 +269,23 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
     if (why.empty()) {
       m.path[r] = uint32_t(CommPath::P2p);
       m.reason[r] = "same host, GPU memory mapped through CUDA IPC";
+      continue;
+    }
+    if (m.mode == "p2p")
+      throw Error(ErrorCode::NotSupported, who + ": path p2p to rank " + std::to_string(r) + " impossible: " + why);
+    m.reason[r] = why;
+    if (m.mode == "proxy") continue;
+    // Gdaki when both ends opened a NIC (the same test on both: symmetric).
+    std::string no_qp;
+    if (!me.nic) no_qp = me.nic_text;
+    else if (!n.nic) no_qp = "rank " + std::to_string(r) + ": " + n.nic_text;
+    if (no_qp.empty()) {
+      m.path[r] = uint32_t(CommPath::Gdaki);
+      m.reason[r] = why + "; RC QPs on " + m.device->name() + " (" + m.device->attr().provider + ") to " + n.nic_text;
+    } else if (m.mode == "gdaki") {
+      throw Error(ErrorCode::NotSupported, who + ": path gdaki to rank " + std::to_string(r) + " impossible: " + no_qp);
     } else {
-      if (m.mode == "p2p")
-        throw Error(ErrorCode::NotSupported, who + ": path p2p to rank " + std::to_string(r) + " impossible: " + why);
-      m.reason[r] = why;
+      m.reason[r] = why + "; no gdaki: " + no_qp;
     }
   }
 
@@ -265,6 +299,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   // The barrier window: one arrival counter per rank. Maps p2p peers (and
   // demotes those that fail to the proxy), then sets up the proxy peers.
   m.lost.assign(m.size, "");
+  m.connect_gdaki_peers(cfg);
   add_window(nullptr, static_cast<size_t>(m.size) * 8, true);
   m.setup_proxy_peers(cfg);
   m.import_keys(*m.windows[0]);
@@ -291,6 +326,114 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
 }
 
 Comm::~Comm() = default;
+
+// Opens the NIC of the gdaki path (path gdaki, or auto) into `device`, or
+// says in me.nic_text why there is none. Auto takes a hardware NIC only: the
+// software NIC serves when asked (path gdaki, or CommConfig::device naming it).
+void Comm::Impl::open_nic(const CommConfig& cfg, NodeInfo& me) {
+  if (mode != "gdaki" && mode != "auto") return;
+  const std::string name = cfg.device.empty() ? "auto" : cfg.device;
+  const bool only_hw = mode == "auto" && name == "auto";
+  DeviceOptions o;
+  o.emu_fabric = cfg.emu_fabric;
+  using F = DeviceOptions::Fabric;
+  // The software NIC reaches other processes only on a fabric: unless
+  // KINET_EMU_FABRIC says otherwise, both (shm on this host, else tcp).
+  if (o.emu_fabric == F::FromEnv && env::get_str("KINET_EMU_FABRIC", "").empty()) o.emu_fabric = F::Auto;
+  if (only_hw) o.emu_fabric = F::Local;  // a software NIC opened here is dropped
+  std::string text;
+  try {
+    auto d = Device::open(name, o);
+    const bool hw = d->attr().provider == "mlx5" && d->name().rfind("mlx5_emu", 0) != 0;
+    if (only_hw && !hw) {
+      text = "no RDMA NIC here (device \"auto\" is the software NIC " + d->name() +
+             ", which the Comm takes only when asked: CommConfig::device or path gdaki)";
+    } else {
+      device = std::move(d);
+      text = device->name() + " (" + device->attr().provider + ")";
+      me.nic = 1;
+    }
+  } catch (const Error& e) {
+    text = "device \"" + name + "\" did not open: " + e.what();
+  }
+  std::strncpy(me.nic_text, text.c_str(), sizeof me.nic_text - 1);
+}
+
+// One RC QP per gdaki peer: QP infos exchanged through the bootstrap (every
+// rank sends one blob per rank, empty where the path is not gdaki), each QP
+// connected to its peer's, then a barrier (no WQE flows before both ends are
+// connected); the atomics' scratch registered on the PD.
+void Comm::Impl::connect_gdaki_peers(const CommConfig& cfg) {
+  size_t n = 0;
+  for (int r = 0; r < size; ++r) n += path[r] == uint32_t(CommPath::Gdaki);
+  if (n == 0) {
+    device.reset();  // opened for nothing (every peer got another path)
+    return;
+  }
+  const std::string who = "comm rank " + std::to_string(rank);
+  pd = device->alloc_pd();
+  QpConfig qc;
+  uint32_t depth = cfg.slots;
+  while (depth > device->attr().max_qp_wr && depth > 2) depth /= 2;
+  qc.sq_depth = depth;
+  qc.rings = gpu ? RingPlacement::Gpu : RingPlacement::Host;
+  qc.posters = gpu ? Posters::Gpu : Posters::Host;
+  qc.timeout_ms = timeout_ns / 1000000;
+  qps.resize(size);
+  std::vector<uint8_t> blob;
+  for (int r = 0; r < size; ++r) {
+    std::vector<uint8_t> info;
+    if (path[r] == uint32_t(CommPath::Gdaki)) {
+      qps[r] = pd->create_qp(qc);
+      info = qps[r]->info().serialize();
+    }
+    const uint32_t len = static_cast<uint32_t>(info.size());
+    blob.insert(blob.end(), reinterpret_cast<const uint8_t*>(&len), reinterpret_cast<const uint8_t*>(&len) + 4);
+    blob.insert(blob.end(), info.begin(), info.end());
+  }
+  const auto all = bs->allgather(blob.data(), blob.size());
+  for (int r = 0; r < size; ++r) {
+    if (!qps[r]) continue;
+    // Rank r's blob: size entries (u32 length, QpInfo); ours is entry `rank`.
+    const std::vector<uint8_t>& b = all[r];
+    size_t off = 0;
+    uint32_t len = 0;
+    for (int k = 0; k <= rank; ++k) {
+      if (b.size() - off < 4)
+        throw Error(ErrorCode::InvalidArgument, who + ": rank " + std::to_string(r) + "'s QP info blob ends at entry " +
+                                                    std::to_string(k) + " of " + std::to_string(size));
+      std::memcpy(&len, b.data() + off, 4);
+      off += 4;
+      if (len > b.size() - off)
+        throw Error(ErrorCode::InvalidArgument, who + ": rank " + std::to_string(r) + "'s QP info entry " +
+                                                    std::to_string(k) + " announces " + std::to_string(len) +
+                                                    " bytes, " + std::to_string(b.size() - off) + " left");
+      if (k < rank) off += len;
+    }
+    if (len == 0)
+      throw Error(ErrorCode::InvalidArgument, who + ": rank " + std::to_string(r) + " sent no QP for this rank");
+    try {
+      qps[r]->connect(QpInfo::deserialize(b.data() + off, len), kAccessAll);
+    } catch (const Error& e) {
+      throw Error(e.code(), who + ": connecting the gdaki QP to rank " + std::to_string(r) + ": " + e.what());
+    }
+  }
+  bs->barrier();
+  const size_t per_peer = size_t{depth} * sizeof(dev::CommAtomicSlot) + 64;  // + the discard word
+  qp_scratch = static_cast<uint8_t*>(gpu ? cuda::alloc_device(per_peer * n) : cuda::alloc_pinned(per_peer * n));
+  scratch_on_gpu = gpu;
+  qp_scratch_mr = pd->reg_mr(qp_scratch, per_peer * n, kLocalWrite);
+  size_t k = 0;
+  for (int r = 0; r < size; ++r) {
+    if (!qps[r]) continue;
+    dev::CommPeer& p = peers[r];
+    uint8_t* base = qp_scratch + per_peer * k++;
+    p.qp = qps[r]->handle();
+    p.scratch_lkey = qp_scratch_mr->lkey().be;
+    p.atomic_scratch = reinterpret_cast<dev::CommAtomicSlot*>(base);
+    p.put_scratch = reinterpret_cast<uint64_t*>(base + size_t{depth} * sizeof(dev::CommAtomicSlot));
+  }
+}
 
 void Comm::Impl::setup_proxy_peers(const CommConfig& cfg) {
   size_t nproxy = 0;
@@ -326,6 +469,8 @@ void Comm::Impl::setup_proxy_peers(const CommConfig& cfg) {
 
 void Comm::Impl::import_keys(CommWindow& w) {
   for (int r = 0; r < size; ++r) {
+    if (path[r] == uint32_t(CommPath::Gdaki))
+      w.impl_->peers[r].rkey = kinet::detail::bswap32_constexpr(w.impl_->blobs[r].qp_rkey);
     if (path[r] != uint32_t(CommPath::Proxy)) continue;
     const auto& key = w.impl_->blobs[r].key;
     w.impl_->peers[r].rkey = channels[r]->import_key(RemoteKey::deserialize(key.data(), key.size())).be;
@@ -351,12 +496,17 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned) {
   w->h_.peers = wi.peers;
   wi.region = m.proxy->register_memory(wi.local, bytes, kAccessAll, wi.gpu ? MemoryKind::Gpu : MemoryKind::Host);
   w->h_.lkey = wi.region->lkey().be;
+  if (m.pd) {
+    wi.mr = m.pd->reg_mr(wi.local, bytes, kAccessAll);
+    w->h_.qp_lkey = wi.mr->lkey().be;
+  }
 
   WindowBlob mine;
   mine.addr = reinterpret_cast<uint64_t>(wi.local);
   mine.bytes = bytes;
   mine.gpu = wi.gpu;
   mine.key = wi.region->remote_key().serialize();
+  if (wi.mr) mine.qp_rkey = wi.mr->rkey_value();
   std::string no_export;
   bool any_p2p = false;
   for (uint32_t p : m.path) any_p2p |= p == uint32_t(CommPath::P2p);
@@ -447,6 +597,9 @@ std::string Comm::report() const {
     s += "rank " + std::to_string(m.rank) + " -> rank " + std::to_string(r) + ": " + dev::comm_path_name(m.path[r]);
     if (m.path[r] == uint32_t(CommPath::Proxy)) s += std::string(" over ") + m.transport->describe();
     if (m.path[r] == uint32_t(CommPath::P2p)) s += " (" + comm_ipc::device_name() + ")";
+    if (m.path[r] == uint32_t(CommPath::Gdaki) && m.qps[r])
+      s += " over " + m.device->name() + " QP " + std::to_string(m.qps[r]->qpn()) + " (" +
+           qp_state_name(m.qps[r]->state()) + ")";
     s += ": " + m.reason[r] + "\n";
   }
   return s;
@@ -462,6 +615,7 @@ std::string Comm::peer_error(int peer) const {
   }
   std::string e = m.transport->peer_error(m.tp_peer[peer]);
   if (e.empty() && m.channels[peer]) e = m.channels[peer]->last_error();
+  if (e.empty() && !m.qps.empty() && m.qps[peer]) e = m.qps[peer]->last_error();
   return e;
 }
 
