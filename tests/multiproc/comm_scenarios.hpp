@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -143,6 +144,19 @@ inline std::string all_ops(int r, int n, Bootstrap& bs, const CommConfig& cfg, d
   // Edges: each check at its exact bound, nothing posted when refused.
   REQ(dev::put(c, (r + 1) % n, w, kWin - 8, w, 0, 8) == Status::Ok, "put at the window's end");
   REQ(dev::put(c, (r + 1) % n, w, kWin - 8, w, 0, 9) == Status::InvalidArgument, "put 1 byte past the end");
+  REQ(dev::put_value(c, (r + 1) % n, w, kWin - 8, 0x77, 8) == Status::Ok, "put_value at the window's end");
+  REQ(dev::put_value(c, (r + 1) % n, w, kWin - 7, 0x77, 8) == Status::InvalidArgument, "put_value 1 byte past the end");
+  REQ(dev::put_value(c, (r + 1) % n, w, kWin - 1, 0x77, 1) == Status::Ok, "1-byte put_value at the end");
+  REQ(dev::put_value(c, (r + 1) % n, w, 0, 1, 0) == Status::InvalidArgument, "put_value of 0 bytes");
+  REQ(dev::get(c, (r + 1) % n, w, kGet, w, kWin - 8, 8) == Status::Ok, "get from the window's end");
+  REQ(dev::get(c, (r + 1) % n, w, kGet, w, kWin - 7, 8) == Status::InvalidArgument, "get 1 byte past the end");
+  REQ(dev::get(c, (r + 1) % n, w, kWin - 7, w, 0, 8) == Status::InvalidArgument, "get into 1 byte past the end");
+  REQ(dev::get(c, (r + 1) % n, w, 0, w, 0, 0) == Status::InvalidArgument, "get of 0 bytes");
+  REQ(dev::fetch_add(c, (r + 1) % n, w, kWin - 8, 1) == Status::Ok, "fetch_add on the last word");
+  REQ(dev::compare_swap(c, (r + 1) % n, w, kWin - 4, 0, 1) == Status::InvalidArgument, "misaligned compare_swap");
+  REQ(dev::put_signal(c, (r + 1) % n, w, kWin - 8, w, 0, 9, w, kSig, SigOp::Add, 1) == Status::InvalidArgument,
+      "put_signal data 1 byte past the end");
+  REQ(dev::signal(c, (r + 1) % n, w, kSig, static_cast<SigOp>(3), 1) == Status::InvalidArgument, "signal op 3");
   REQ(dev::put(c, n, w, 0, w, 0, 8) == Status::InvalidArgument, "put to rank n");
   REQ(dev::put(c, -1, w, 0, w, 0, 8) == Status::InvalidArgument, "put to rank -1");
   REQ(dev::put_value(c, 0, w, 0, 1, 9) == Status::InvalidArgument, "put_value of 9 bytes");
@@ -183,7 +197,8 @@ inline void survivors_sync(Bootstrap& bs, int r, int victim) {
 // A rank that dies (SIGKILL, no goodbye): every other rank's next barrier
 // ends with the peer-lost status, names the dead rank, within the bound.
 inline std::string killed_rank(int r, int nr, Bootstrap& bs, const CommConfig& cfg) {
-  Comm comm(bs, cfg);
+  auto owned = std::make_unique<Comm>(bs, cfg);
+  Comm& comm = *owned;
   const dev::CommHandle c = comm.device_handle();
   Status s = dev::barrier(c);
   REQ(s == Status::Ok, "first barrier: " + st(s));
@@ -199,6 +214,11 @@ inline std::string killed_rank(int r, int nr, Bootstrap& bs, const CommConfig& c
   REQ(e.find("barrier (rank " + std::to_string(victim) + ")") != std::string::npos, e);
   REQ(!comm.peer_error(victim).empty(), "peer_error empty");
   survivors_sync(bs, r, victim);  // no survivor leaves while another still waits for it
+  const auto t1 = std::chrono::steady_clock::now();
+  owned.reset();  // teardown with a dead peer: bounded, and prompt
+  const auto down = std::chrono::steady_clock::now() - t1;
+  REQ(down < 5s, "~Comm took " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(down).count()) +
+                     " ms");
   return "";
 }
 
