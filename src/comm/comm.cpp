@@ -645,6 +645,10 @@ std::string Comm::device_error() const {
     if (const ProxyChannel* ch = m.channels[s.err_peer])
       e += " [channel to rank " + std::to_string(s.err_peer) + ": " + std::to_string(ch->completed()) +
            " descriptors completed, status " + status_string(ch->status()) + "]";
+    // A gdaki peer: the QP's state (ERROR once a CQE failed).
+    if (!m.qps.empty() && m.qps[s.err_peer])
+      e += " [QP " + std::to_string(m.qps[s.err_peer]->qpn()) + " to rank " + std::to_string(s.err_peer) + ": " +
+           qp_state_name(m.qps[s.err_peer]->state()) + "]";
   }
   return e;
 }

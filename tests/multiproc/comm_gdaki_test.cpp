@@ -122,7 +122,9 @@ TEST(CommGdakiSingle, QpErrorEndsWaitsWithItsStatus) {
           s = dev::quiet(c);
           REQ(s == Status::RemoteAccess, "quiet: " + st(s));
           const std::string e = comm.device_error();
-          REQ(e.find("quiet (rank 1): ") != std::string::npos && e.find("is not registered") != std::string::npos, e);
+          REQ(e.find("quiet (rank 1): ") != std::string::npos && e.find("is not registered") != std::string::npos &&
+                  e.find(" to rank 1: ERROR]") != std::string::npos,
+              e);
           const auto t0 = std::chrono::steady_clock::now();
           s = dev::wait_signal(c, win.handle(), 0, Cmp::Ge, 1, 1);
           REQ(s == Status::RemoteAccess, "wait on the failed peer: " + st(s));
