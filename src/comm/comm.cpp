@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/gdaki.hpp"
 #include "comm/ipc.hpp"
 #include "core/cuda_shim.hpp"
 #include "core/env.hpp"
@@ -146,12 +147,7 @@ struct Comm::Impl {
   uint8_t* scratch = nullptr;           // put_value sources and atomic results of proxy peers
   bool scratch_on_gpu = false;          // GPU memory (kernels post) or pinned host memory (host threads)
   std::unique_ptr<ProxyRegion> scratch_region;
-  // Gdaki: one NIC and PD, one RC QP per gdaki peer, the atomics' scratch.
-  std::unique_ptr<Device> device;
-  std::unique_ptr<ProtectionDomain> pd;
-  std::vector<std::unique_ptr<QueuePair>> qps;  // rank -> QP (gdaki peers only)
-  uint8_t* qp_scratch = nullptr;                // per gdaki peer: atomic slots, then the signals' discard word
-  std::unique_ptr<MemoryRegion> qp_scratch_mr;
+  comm_gdaki::Peers gd;  // the gdaki path: NIC, PD, a QP per gdaki peer, the atomics' scratch
   std::vector<std::unique_ptr<CommWindow>> windows;  // [0]: the barrier window
   // Monitor: marks peers the transport lost, so that device waits end.
   std::thread monitor;
@@ -172,24 +168,19 @@ struct Comm::Impl {
       monitor.join();
     }
     if (proxy) proxy->stop();  // posters see WrFlushed for what did not complete
-    qps.clear();               // flushed and gone (bounded, also with a lost peer) before their MRs and memory
+    gd.close_qps();            // flushed and gone (bounded, also with a lost peer) before their MRs and memory
     windows.clear();           // regions before the proxy, memory after its threads stopped
     scratch_region.reset();
-    qp_scratch_mr.reset();
     proxy.reset();
     transport.reset();
-    pd.reset();
-    device.reset();
-    if (scratch_on_gpu) cuda::free_device(scratch), cuda::free_device(qp_scratch);
-    else cuda::free_pinned(scratch), cuda::free_pinned(qp_scratch);
+    if (scratch_on_gpu) cuda::free_device(scratch);
+    else cuda::free_pinned(scratch);
     cuda::free_pinned(peers);
     cuda::free_device(dev_peers);
     cuda::free_pinned(state);
     cuda::free_pinned(peer_down);
   }
   void setup_proxy_peers(const CommConfig& cfg);
-  void open_nic(const CommConfig& cfg, NodeInfo& me);
-  void connect_gdaki_peers(const CommConfig& cfg);
   void import_keys(CommWindow& w);
 };
 
@@ -222,7 +213,12 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
 
   // Who is where, and who has a NIC for gdaki.
   NodeInfo me = node_info(m.gpu);
-  m.open_nic(cfg, me);
+  {
+    std::string text;
+    m.gd.device = comm_gdaki::open_nic(m.mode, cfg, &text);
+    me.nic = m.gd.device ? 1 : 0;
+    std::strncpy(me.nic_text, text.c_str(), sizeof me.nic_text - 1);
+  }
   for (auto& b : bs.allgather(&me, sizeof me)) {
     if (b.size() != sizeof(NodeInfo))
       throw Error(ErrorCode::InvalidArgument, who + ": a peer's node info has " + std::to_string(b.size()) + " bytes");
@@ -281,7 +277,8 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
     else if (!n.nic) no_qp = "rank " + std::to_string(r) + ": " + n.nic_text;
     if (no_qp.empty()) {
       m.path[r] = uint32_t(CommPath::Gdaki);
-      m.reason[r] = why + "; RC QPs on " + m.device->name() + " (" + m.device->attr().provider + ") to " + n.nic_text;
+      m.reason[r] = why + "; RC QPs on " + m.gd.device->name() + " (" + m.gd.device->attr().provider + ") to " +
+                    n.nic_text;
     } else if (m.mode == "gdaki") {
       throw Error(ErrorCode::NotSupported, who + ": path gdaki to rank " + std::to_string(r) + " impossible: " + no_qp);
     } else {
@@ -299,7 +296,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   // The barrier window: one arrival counter per rank. Maps p2p peers (and
   // demotes those that fail to the proxy), then sets up the proxy peers.
   m.lost.assign(m.size, "");
-  m.connect_gdaki_peers(cfg);
+  m.gd.connect(bs, m.path, cfg, m.gpu, m.timeout_ns, m.peers);
   add_window(nullptr, static_cast<size_t>(m.size) * 8, true);
   m.setup_proxy_peers(cfg);
   m.import_keys(*m.windows[0]);
@@ -326,114 +323,6 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
 }
 
 Comm::~Comm() = default;
-
-// Opens the NIC of the gdaki path (path gdaki, or auto) into `device`, or
-// says in me.nic_text why there is none. Auto takes a hardware NIC only: the
-// software NIC serves when asked (path gdaki, or CommConfig::device naming it).
-void Comm::Impl::open_nic(const CommConfig& cfg, NodeInfo& me) {
-  if (mode != "gdaki" && mode != "auto") return;
-  const std::string name = cfg.device.empty() ? "auto" : cfg.device;
-  const bool only_hw = mode == "auto" && name == "auto";
-  DeviceOptions o;
-  o.emu_fabric = cfg.emu_fabric;
-  using F = DeviceOptions::Fabric;
-  // The software NIC reaches other processes only on a fabric: unless
-  // KINET_EMU_FABRIC says otherwise, both (shm on this host, else tcp).
-  if (o.emu_fabric == F::FromEnv && env::get_str("KINET_EMU_FABRIC", "").empty()) o.emu_fabric = F::Auto;
-  if (only_hw) o.emu_fabric = F::Local;  // a software NIC opened here is dropped
-  std::string text;
-  try {
-    auto d = Device::open(name, o);
-    const bool hw = d->attr().provider == "mlx5" && d->name().rfind("mlx5_emu", 0) != 0;
-    if (only_hw && !hw) {
-      text = "no RDMA NIC here (device \"auto\" is the software NIC " + d->name() +
-             ", which the Comm takes only when asked: CommConfig::device or path gdaki)";
-    } else {
-      device = std::move(d);
-      text = device->name() + " (" + device->attr().provider + ")";
-      me.nic = 1;
-    }
-  } catch (const Error& e) {
-    text = "device \"" + name + "\" did not open: " + e.what();
-  }
-  std::strncpy(me.nic_text, text.c_str(), sizeof me.nic_text - 1);
-}
-
-// One RC QP per gdaki peer: QP infos exchanged through the bootstrap (every
-// rank sends one blob per rank, empty where the path is not gdaki), each QP
-// connected to its peer's, then a barrier (no WQE flows before both ends are
-// connected); the atomics' scratch registered on the PD.
-void Comm::Impl::connect_gdaki_peers(const CommConfig& cfg) {
-  size_t n = 0;
-  for (int r = 0; r < size; ++r) n += path[r] == uint32_t(CommPath::Gdaki);
-  if (n == 0) {
-    device.reset();  // opened for nothing (every peer got another path)
-    return;
-  }
-  const std::string who = "comm rank " + std::to_string(rank);
-  pd = device->alloc_pd();
-  QpConfig qc;
-  uint32_t depth = cfg.slots;
-  while (depth > device->attr().max_qp_wr && depth > 2) depth /= 2;
-  qc.sq_depth = depth;
-  qc.rings = gpu ? RingPlacement::Gpu : RingPlacement::Host;
-  qc.posters = gpu ? Posters::Gpu : Posters::Host;
-  qc.timeout_ms = timeout_ns / 1000000;
-  qps.resize(size);
-  std::vector<uint8_t> blob;
-  for (int r = 0; r < size; ++r) {
-    std::vector<uint8_t> info;
-    if (path[r] == uint32_t(CommPath::Gdaki)) {
-      qps[r] = pd->create_qp(qc);
-      info = qps[r]->info().serialize();
-    }
-    const uint32_t len = static_cast<uint32_t>(info.size());
-    blob.insert(blob.end(), reinterpret_cast<const uint8_t*>(&len), reinterpret_cast<const uint8_t*>(&len) + 4);
-    blob.insert(blob.end(), info.begin(), info.end());
-  }
-  const auto all = bs->allgather(blob.data(), blob.size());
-  for (int r = 0; r < size; ++r) {
-    if (!qps[r]) continue;
-    // Rank r's blob: size entries (u32 length, QpInfo); ours is entry `rank`.
-    const std::vector<uint8_t>& b = all[r];
-    size_t off = 0;
-    uint32_t len = 0;
-    for (int k = 0; k <= rank; ++k) {
-      if (b.size() - off < 4)
-        throw Error(ErrorCode::InvalidArgument, who + ": rank " + std::to_string(r) + "'s QP info blob ends at entry " +
-                                                    std::to_string(k) + " of " + std::to_string(size));
-      std::memcpy(&len, b.data() + off, 4);
-      off += 4;
-      if (len > b.size() - off)
-        throw Error(ErrorCode::InvalidArgument, who + ": rank " + std::to_string(r) + "'s QP info entry " +
-                                                    std::to_string(k) + " announces " + std::to_string(len) +
-                                                    " bytes, " + std::to_string(b.size() - off) + " left");
-      if (k < rank) off += len;
-    }
-    if (len == 0)
-      throw Error(ErrorCode::InvalidArgument, who + ": rank " + std::to_string(r) + " sent no QP for this rank");
-    try {
-      qps[r]->connect(QpInfo::deserialize(b.data() + off, len), kAccessAll);
-    } catch (const Error& e) {
-      throw Error(e.code(), who + ": connecting the gdaki QP to rank " + std::to_string(r) + ": " + e.what());
-    }
-  }
-  bs->barrier();
-  const size_t per_peer = size_t{depth} * sizeof(dev::CommAtomicSlot) + 64;  // + the discard word
-  qp_scratch = static_cast<uint8_t*>(gpu ? cuda::alloc_device(per_peer * n) : cuda::alloc_pinned(per_peer * n));
-  scratch_on_gpu = gpu;
-  qp_scratch_mr = pd->reg_mr(qp_scratch, per_peer * n, kLocalWrite);
-  size_t k = 0;
-  for (int r = 0; r < size; ++r) {
-    if (!qps[r]) continue;
-    dev::CommPeer& p = peers[r];
-    uint8_t* base = qp_scratch + per_peer * k++;
-    p.qp = qps[r]->handle();
-    p.scratch_lkey = qp_scratch_mr->lkey().be;
-    p.atomic_scratch = reinterpret_cast<dev::CommAtomicSlot*>(base);
-    p.put_scratch = reinterpret_cast<uint64_t*>(base + size_t{depth} * sizeof(dev::CommAtomicSlot));
-  }
-}
 
 void Comm::Impl::setup_proxy_peers(const CommConfig& cfg) {
   size_t nproxy = 0;
@@ -496,8 +385,8 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned) {
   w->h_.peers = wi.peers;
   wi.region = m.proxy->register_memory(wi.local, bytes, kAccessAll, wi.gpu ? MemoryKind::Gpu : MemoryKind::Host);
   w->h_.lkey = wi.region->lkey().be;
-  if (m.pd) {
-    wi.mr = m.pd->reg_mr(wi.local, bytes, kAccessAll);
+  if (m.gd.pd) {
+    wi.mr = m.gd.pd->reg_mr(wi.local, bytes, kAccessAll);
     w->h_.qp_lkey = wi.mr->lkey().be;
   }
 
@@ -597,9 +486,8 @@ std::string Comm::report() const {
     s += "rank " + std::to_string(m.rank) + " -> rank " + std::to_string(r) + ": " + dev::comm_path_name(m.path[r]);
     if (m.path[r] == uint32_t(CommPath::Proxy)) s += std::string(" over ") + m.transport->describe();
     if (m.path[r] == uint32_t(CommPath::P2p)) s += " (" + comm_ipc::device_name() + ")";
-    if (m.path[r] == uint32_t(CommPath::Gdaki) && m.qps[r])
-      s += " over " + m.device->name() + " QP " + std::to_string(m.qps[r]->qpn()) + " (" +
-           qp_state_name(m.qps[r]->state()) + ")";
+    if (const QueuePair* q = m.gd.qp(r))
+      s += " over " + m.gd.device->name() + " QP " + std::to_string(q->qpn()) + " (" + qp_state_name(q->state()) + ")";
     s += ": " + m.reason[r] + "\n";
   }
   return s;
@@ -615,7 +503,7 @@ std::string Comm::peer_error(int peer) const {
   }
   std::string e = m.transport->peer_error(m.tp_peer[peer]);
   if (e.empty() && m.channels[peer]) e = m.channels[peer]->last_error();
-  if (e.empty() && !m.qps.empty() && m.qps[peer]) e = m.qps[peer]->last_error();
+  if (e.empty() && m.gd.qp(peer)) e = m.gd.qp(peer)->last_error();
   return e;
 }
 
@@ -646,9 +534,9 @@ std::string Comm::device_error() const {
       e += " [channel to rank " + std::to_string(s.err_peer) + ": " + std::to_string(ch->completed()) +
            " descriptors completed, status " + status_string(ch->status()) + "]";
     // A gdaki peer: the QP's state (ERROR once a CQE failed).
-    if (!m.qps.empty() && m.qps[s.err_peer])
-      e += " [QP " + std::to_string(m.qps[s.err_peer]->qpn()) + " to rank " + std::to_string(s.err_peer) + ": " +
-           qp_state_name(m.qps[s.err_peer]->state()) + "]";
+    if (const QueuePair* q = m.gd.qp(s.err_peer))
+      e += " [QP " + std::to_string(q->qpn()) + " to rank " + std::to_string(s.err_peer) + ": " +
+           qp_state_name(q->state()) + "]";
   }
   return e;
 }

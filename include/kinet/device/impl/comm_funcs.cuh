@@ -112,9 +112,10 @@ KINET_HD Status comm_signal(const CommHandle& c, int peer, const WindowHandle& d
                        Rkey{dst.peers[peer].rkey}, bytes, kNoDoorbell, nullptr);
     const uint64_t sraddr = sig.peers[peer].raddr + sig_off;
     const Rkey srk{sig.peers[peer].rkey};
-    if (st == Status::Ok)
-      st = op == SigOp::Add ? dev::fetch_add<S>(p.qp, p.put_scratch, Lkey{p.scratch_lkey}, sraddr, srk, value, 0, nullptr)
-                            : dev::put_inline<S>(p.qp, &value, 8, sraddr, srk, kFence, nullptr);
+    if (st == Status::Ok && op == SigOp::Add)
+      st = dev::fetch_add<S>(p.qp, p.put_scratch, Lkey{p.scratch_lkey}, sraddr, srk, value, 0, nullptr);
+    else if (st == Status::Ok)
+      st = dev::put_inline<S>(p.qp, &value, 8, sraddr, srk, kFence, nullptr);
     return st == Status::Ok ? st : comm_fail(c, st, peer, what, sig.id, sig_off);
   }
   ProxyDesc d{};
