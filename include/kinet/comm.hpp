@@ -12,11 +12,21 @@
 //   p2p    same host, windows in GPU memory, the peer's windows mapped here
 //          through CUDA IPC (cudaIpcGetMemHandle / cudaIpcOpenMemHandle, the
 //          handles exchanged through the bootstrap).
+//   gdaki  one RC QP per peer on the Comm's NIC (CommConfig::device): kernels
+//          post WQEs and ring the doorbell themselves (kinet/device/qp.cuh).
+//          Every window is registered on the NIC's PD; QP infos and keys
+//          travel through the bootstrap.
 //   proxy  always possible: a kinet::Proxy thread executes descriptors on a
 //          kinet::Transport (CommConfig::transport / KINET_TRANSPORT).
 // KINET_COMM_PATH (or CommConfig::path): auto (p2p where possible, else
-// proxy), proxy (never p2p), p2p (p2p to every other rank, else the
-// constructor throws NotSupported naming the peer and why).
+// gdaki where both ends opened a hardware NIC, else proxy; the software NIC
+// only when CommConfig::device names it), proxy (never p2p or gdaki), p2p (p2p
+// to every other rank, else the constructor throws NotSupported naming the
+// peer and why), gdaki (gdaki to every other rank, on the device
+// CommConfig::device names, "auto" = Device::open("auto"): a ConnectX, else
+// the software NIC; NotSupported naming the peer and why where a rank has no
+// NIC). The Comm's transport is opened in every case: it serves the proxy
+// peers and tells the monitor thread when a peer is lost.
 //
 // Memory: windows live in GPU memory when the Comm uses the GPU
 // (CommConfig::memory; Auto: when CUDA sees a GPU), in host memory otherwise;
@@ -47,12 +57,19 @@ class Proxy;
 
 struct CommConfig {
   std::string transport;               // Transport provider; empty: KINET_TRANSPORT (transport.hpp)
-  std::string path;                    // "auto", "proxy", "p2p"; empty: KINET_COMM_PATH, default auto
+  std::string path;                    // "auto", "proxy", "p2p", "gdaki"; empty: KINET_COMM_PATH, default auto
   uint32_t slots = 1024;               // descriptor ring per proxy peer (a power of two, 2..2^20)
   std::chrono::milliseconds timeout{0};  // bound of every device-side wait; 0: KINET_TIMEOUT_MS
   enum class Memory : uint8_t { Auto, Host, Gpu } memory = Memory::Auto;
   // How often the monitor thread asks the transport whether a peer was lost.
   std::chrono::milliseconds monitor_period{5};
+  // The gdaki path's NIC (Device::open's name): "auto" (empty too) = a
+  // ConnectX if there is one; path gdaki then also takes the software NIC,
+  // path auto does not. "emu": the software NIC (tests, CI); "mlx5_0": that one.
+  std::string device = "auto";
+  // The software NIC's fabric between the ranks' processes; FromEnv:
+  // $KINET_EMU_FABRIC, and when that is unset Auto (shm on one host, else tcp).
+  DeviceOptions::Fabric emu_fabric = DeviceOptions::Fabric::FromEnv;
 };
 
 // One symmetric window: every rank has a part of bytes() bytes. Owned by
@@ -81,9 +98,11 @@ class Comm {
  public:
   // Collective over every rank of `bs`, which must outlive the Comm. Throws
   // InvalidArgument (a bad CommConfig field, named), NotSupported (memory Gpu
-  // without a GPU; path p2p where a peer can't be mapped, naming it and why;
-  // a transport that can't start here), System (a peer unreachable, a
-  // bootstrap timeout).
+  // without a GPU; path p2p where a peer can't be mapped, or path gdaki where
+  // a rank has no NIC, naming the peer and why; a transport that can't start
+  // here), System (a peer unreachable, a bootstrap timeout), and what
+  // connecting a gdaki QP threw (NotFound: the peer's NIC unreachable on the
+  // software NIC's fabric), prefixed with the peer.
   explicit Comm(Bootstrap& bs, const CommConfig& cfg = {});
   ~Comm();
   Comm(const Comm&) = delete;

@@ -1,5 +1,5 @@
 // kinet — the communicator's host side: transport, proxy, path choice per
-// peer, windows, the peer monitor.
+// peer, the gdaki QPs, windows, the peer monitor.
 #include "kinet/comm.hpp"
 
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/gdaki.hpp"
 #include "comm/ipc.hpp"
 #include "core/cuda_shim.hpp"
 #include "core/env.hpp"
@@ -29,7 +30,8 @@ struct NodeInfo {
   char host[64];
   char boot_id[40];
   uint32_t gpu;  // windows in GPU memory
-  uint32_t pad;
+  uint32_t nic;  // 1: a NIC for the gdaki path is open
+  char nic_text[160];  // nic: its name; else why there is none (empty: not looked for)
 };
 
 NodeInfo node_info(bool gpu) {
@@ -60,24 +62,26 @@ void* device_copy(bool gpu, const void* host, size_t bytes) {
 struct WindowBlob {
   uint64_t addr = 0, bytes = 0;
   uint32_t gpu = 0, has_ipc = 0;
+  uint32_t qp_rkey = 0, pad = 0;  // gdaki: the part's MR rkey (host order)
   comm_ipc::Exported ipc{};
   std::vector<uint8_t> key;  // RemoteKey::serialize()
 };
 
 std::vector<uint8_t> pack(const WindowBlob& b) {
-  std::vector<uint8_t> v(sizeof(uint64_t) * 2 + 8 + sizeof(comm_ipc::Exported) + b.key.size());
+  std::vector<uint8_t> v(sizeof(uint64_t) * 2 + 16 + sizeof(comm_ipc::Exported) + b.key.size());
   uint8_t* p = v.data();
   std::memcpy(p, &b.addr, 8), p += 8;
   std::memcpy(p, &b.bytes, 8), p += 8;
   std::memcpy(p, &b.gpu, 4), p += 4;
   std::memcpy(p, &b.has_ipc, 4), p += 4;
+  std::memcpy(p, &b.qp_rkey, 4), p += 8;
   std::memcpy(p, &b.ipc, sizeof b.ipc), p += sizeof b.ipc;
   std::memcpy(p, b.key.data(), b.key.size());
   return v;
 }
 
 WindowBlob unpack(const std::vector<uint8_t>& v, int rank) {
-  constexpr size_t fixed = 24 + sizeof(comm_ipc::Exported);
+  constexpr size_t fixed = 32 + sizeof(comm_ipc::Exported);
   if (v.size() < fixed)
     throw Error(ErrorCode::InvalidArgument, "comm: window blob of rank " + std::to_string(rank) + " is " +
                                                 std::to_string(v.size()) + " bytes, less than " + std::to_string(fixed));
@@ -87,6 +91,7 @@ WindowBlob unpack(const std::vector<uint8_t>& v, int rank) {
   std::memcpy(&b.bytes, p, 8), p += 8;
   std::memcpy(&b.gpu, p, 4), p += 4;
   std::memcpy(&b.has_ipc, p, 4), p += 4;
+  std::memcpy(&b.qp_rkey, p, 4), p += 8;
   std::memcpy(&b.ipc, p, sizeof b.ipc), p += sizeof b.ipc;
   b.key.assign(p, v.data() + v.size());
   return b;
@@ -104,6 +109,7 @@ struct CommWindow::Impl {
   bool owned = false, gpu = false;
   void* local = nullptr;
   std::unique_ptr<ProxyRegion> region;
+  std::unique_ptr<MemoryRegion> mr;                // gdaki: the part registered on the Comm's PD
   dev::CommWindowPeer* peers = nullptr;            // pinned
   void* dev_peers = nullptr;                       // GPU copy of peers (GPU windows), else null
   std::vector<std::pair<void*, uint64_t>> mapped;  // IPC mappings to close
@@ -111,6 +117,7 @@ struct CommWindow::Impl {
   ~Impl() {
     for (auto& [p, off] : mapped) comm_ipc::close(p, off);
     region.reset();
+    mr.reset();  // the Comm destroyed its QPs first: nothing moves through the MR any more
     if (owned) {
       if (gpu) comm_ipc::free(local);
       else cuda::free_pinned(local);
@@ -124,7 +131,7 @@ struct Comm::Impl {
   Bootstrap* bs = nullptr;
   int rank = 0, size = 0;
   bool gpu = false;
-  std::string mode;  // auto, proxy, p2p
+  std::string mode;  // auto, proxy, p2p, gdaki
   uint64_t timeout_ns = 0;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Proxy> proxy;
@@ -140,6 +147,7 @@ struct Comm::Impl {
   uint8_t* scratch = nullptr;           // put_value sources and atomic results of proxy peers
   bool scratch_on_gpu = false;          // GPU memory (kernels post) or pinned host memory (host threads)
   std::unique_ptr<ProxyRegion> scratch_region;
+  comm_gdaki::Peers gd;  // the gdaki path: NIC, PD, a QP per gdaki peer, the atomics' scratch
   std::vector<std::unique_ptr<CommWindow>> windows;  // [0]: the barrier window
   // Monitor: marks peers the transport lost, so that device waits end.
   std::thread monitor;
@@ -160,6 +168,7 @@ struct Comm::Impl {
       monitor.join();
     }
     if (proxy) proxy->stop();  // posters see WrFlushed for what did not complete
+    gd.close_qps();            // flushed and gone (bounded, also with a lost peer) before their MRs and memory
     windows.clear();           // regions before the proxy, memory after its threads stopped
     scratch_region.reset();
     proxy.reset();
@@ -189,8 +198,8 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   m.size = bs.size();
   const std::string who = "comm rank " + std::to_string(m.rank);
   m.mode = cfg.path.empty() ? env::get_str("KINET_COMM_PATH", "auto") : cfg.path;
-  if (m.mode != "auto" && m.mode != "proxy" && m.mode != "p2p")
-    throw Error(ErrorCode::InvalidArgument, who + ": path \"" + m.mode + "\" is not auto, proxy or p2p");
+  if (m.mode != "auto" && m.mode != "proxy" && m.mode != "p2p" && m.mode != "gdaki")
+    throw Error(ErrorCode::InvalidArgument, who + ": path \"" + m.mode + "\" is not auto, proxy, p2p or gdaki");
   if (cfg.slots < 2 || cfg.slots > (1u << 20) || (cfg.slots & (cfg.slots - 1)))
     throw Error(ErrorCode::InvalidArgument, who + ": slots " + std::to_string(cfg.slots) +
                                                 " is not a power of two in 2..2^20");
@@ -202,8 +211,14 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   const uint64_t ms = cfg.timeout.count() > 0 ? static_cast<uint64_t>(cfg.timeout.count()) : default_timeout_ms();
   m.timeout_ns = std::min<uint64_t>(ms, env::kMaxTimeoutMs) * 1000000ull;
 
-  // Who is where.
-  const NodeInfo me = node_info(m.gpu);
+  // Who is where, and who has a NIC for gdaki.
+  NodeInfo me = node_info(m.gpu);
+  {
+    std::string text;
+    m.gd.device = comm_gdaki::open_nic(m.mode, cfg, &text);
+    me.nic = m.gd.device ? 1 : 0;
+    std::strncpy(me.nic_text, text.c_str(), sizeof me.nic_text - 1);
+  }
   for (auto& b : bs.allgather(&me, sizeof me)) {
     if (b.size() != sizeof(NodeInfo))
       throw Error(ErrorCode::InvalidArgument, who + ": a peer's node info has " + std::to_string(b.size()) + " bytes");
@@ -211,6 +226,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
     std::memcpy(&n, b.data(), sizeof n);
     n.host[sizeof n.host - 1] = 0;
     n.boot_id[sizeof n.boot_id - 1] = 0;
+    n.nic_text[sizeof n.nic_text - 1] = 0;
     m.nodes.push_back(n);
   }
 
@@ -241,6 +257,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
     const NodeInfo& n = m.nodes[r];
     std::string why;
     if (m.mode == "proxy") why = "KINET_COMM_PATH/CommConfig::path is proxy";
+    else if (m.mode == "gdaki") why = "KINET_COMM_PATH/CommConfig::path is gdaki";
     else if (!m.gpu) why = "windows in host memory (no GPU here" + (no_gpu.empty() ? std::string() : ": " + no_gpu) + "); CUDA IPC maps GPU memory only";
     else if (!n.gpu) why = "rank " + std::to_string(r) + " keeps its windows in host memory";
     else if (std::strcmp(n.host, me.host) != 0 || std::strcmp(n.boot_id, me.boot_id) != 0)
@@ -248,10 +265,24 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
     if (why.empty()) {
       m.path[r] = uint32_t(CommPath::P2p);
       m.reason[r] = "same host, GPU memory mapped through CUDA IPC";
+      continue;
+    }
+    if (m.mode == "p2p")
+      throw Error(ErrorCode::NotSupported, who + ": path p2p to rank " + std::to_string(r) + " impossible: " + why);
+    m.reason[r] = why;
+    if (m.mode == "proxy") continue;
+    // Gdaki when both ends opened a NIC (the same test on both: symmetric).
+    std::string no_qp;
+    if (!me.nic) no_qp = me.nic_text;
+    else if (!n.nic) no_qp = "rank " + std::to_string(r) + ": " + n.nic_text;
+    if (no_qp.empty()) {
+      m.path[r] = uint32_t(CommPath::Gdaki);
+      m.reason[r] = why + "; RC QPs on " + m.gd.device->name() + " (" + m.gd.device->attr().provider + ") to " +
+                    n.nic_text;
+    } else if (m.mode == "gdaki") {
+      throw Error(ErrorCode::NotSupported, who + ": path gdaki to rank " + std::to_string(r) + " impossible: " + no_qp);
     } else {
-      if (m.mode == "p2p")
-        throw Error(ErrorCode::NotSupported, who + ": path p2p to rank " + std::to_string(r) + " impossible: " + why);
-      m.reason[r] = why;
+      m.reason[r] = why + "; no gdaki: " + no_qp;
     }
   }
 
@@ -265,6 +296,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   // The barrier window: one arrival counter per rank. Maps p2p peers (and
   // demotes those that fail to the proxy), then sets up the proxy peers.
   m.lost.assign(m.size, "");
+  m.gd.connect(bs, m.path, cfg, m.gpu, m.timeout_ns, m.peers);
   add_window(nullptr, static_cast<size_t>(m.size) * 8, true);
   m.setup_proxy_peers(cfg);
   m.import_keys(*m.windows[0]);
@@ -326,6 +358,8 @@ void Comm::Impl::setup_proxy_peers(const CommConfig& cfg) {
 
 void Comm::Impl::import_keys(CommWindow& w) {
   for (int r = 0; r < size; ++r) {
+    if (path[r] == uint32_t(CommPath::Gdaki))
+      w.impl_->peers[r].rkey = kinet::detail::bswap32_constexpr(w.impl_->blobs[r].qp_rkey);
     if (path[r] != uint32_t(CommPath::Proxy)) continue;
     const auto& key = w.impl_->blobs[r].key;
     w.impl_->peers[r].rkey = channels[r]->import_key(RemoteKey::deserialize(key.data(), key.size())).be;
@@ -351,12 +385,17 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned) {
   w->h_.peers = wi.peers;
   wi.region = m.proxy->register_memory(wi.local, bytes, kAccessAll, wi.gpu ? MemoryKind::Gpu : MemoryKind::Host);
   w->h_.lkey = wi.region->lkey().be;
+  if (m.gd.pd) {
+    wi.mr = m.gd.pd->reg_mr(wi.local, bytes, kAccessAll);
+    w->h_.qp_lkey = wi.mr->lkey().be;
+  }
 
   WindowBlob mine;
   mine.addr = reinterpret_cast<uint64_t>(wi.local);
   mine.bytes = bytes;
   mine.gpu = wi.gpu;
   mine.key = wi.region->remote_key().serialize();
+  if (wi.mr) mine.qp_rkey = wi.mr->rkey_value();
   std::string no_export;
   bool any_p2p = false;
   for (uint32_t p : m.path) any_p2p |= p == uint32_t(CommPath::P2p);
@@ -447,6 +486,8 @@ std::string Comm::report() const {
     s += "rank " + std::to_string(m.rank) + " -> rank " + std::to_string(r) + ": " + dev::comm_path_name(m.path[r]);
     if (m.path[r] == uint32_t(CommPath::Proxy)) s += std::string(" over ") + m.transport->describe();
     if (m.path[r] == uint32_t(CommPath::P2p)) s += " (" + comm_ipc::device_name() + ")";
+    if (const QueuePair* q = m.gd.qp(r))
+      s += " over " + m.gd.device->name() + " QP " + std::to_string(q->qpn()) + " (" + qp_state_name(q->state()) + ")";
     s += ": " + m.reason[r] + "\n";
   }
   return s;
@@ -462,6 +503,7 @@ std::string Comm::peer_error(int peer) const {
   }
   std::string e = m.transport->peer_error(m.tp_peer[peer]);
   if (e.empty() && m.channels[peer]) e = m.channels[peer]->last_error();
+  if (e.empty() && m.gd.qp(peer)) e = m.gd.qp(peer)->last_error();
   return e;
 }
 
@@ -491,6 +533,10 @@ std::string Comm::device_error() const {
     if (const ProxyChannel* ch = m.channels[s.err_peer])
       e += " [channel to rank " + std::to_string(s.err_peer) + ": " + std::to_string(ch->completed()) +
            " descriptors completed, status " + status_string(ch->status()) + "]";
+    // A gdaki peer: the QP's state (ERROR once a CQE failed).
+    if (const QueuePair* q = m.gd.qp(s.err_peer))
+      e += " [QP " + std::to_string(q->qpn()) + " to rank " + std::to_string(s.err_peer) + ": " +
+           qp_state_name(q->state()) + "]";
   }
   return e;
 }

@@ -94,8 +94,11 @@ constexpr Variable kVariables[] = {
      "proxy", false},
     {"KINET_COMM_PATH", "auto",
      "path a kinet::Comm gives its peers when CommConfig::path is empty: auto (p2p through CUDA IPC where the "
-     "peer's GPU memory can be mapped, else proxy), proxy (always the proxy), p2p (p2p to every other rank, else "
-     "the Comm constructor throws NotSupported naming the peer). Another value: InvalidArgument",
+     "peer's GPU memory can be mapped, else gdaki where both ranks opened a hardware NIC or CommConfig::device "
+     "names one, else proxy), proxy (always the proxy), p2p (p2p to every other rank, else the Comm constructor "
+     "throws NotSupported naming the peer), gdaki (RC QPs to every other rank on CommConfig::device, `auto` "
+     "taking the software NIC where there is no ConnectX; NotSupported naming the peer where a rank has no NIC). "
+     "Another value: InvalidArgument",
      "communicator", false},
 };
 

@@ -1,6 +1,9 @@
 // kinet GPU test: the communicator's device API from kernels, two processes
-// on one GPU, once over the p2p path (CUDA IPC) and once over the proxy path
-// (tcp). Every operation, the warp and CTA puts, data verified byte for byte.
+// on one GPU, once over the p2p path (CUDA IPC), once over the proxy path
+// (tcp) and once over the gdaki path (RC QPs of the software NIC on its tcp
+// fabric, rings and windows in GPU memory: kernels post WQEs and ring the
+// emulated doorbell). Every operation, the warp and CTA puts, data verified
+// byte for byte.
 // The processes are forked before any CUDA call (tests/multiproc/
 // comm_ranks.hpp); exit code 77 = skipped (no GPU).
 #include <cuda_runtime.h>
@@ -67,9 +70,15 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
   cfg.transport = "tcp";
   cfg.path = path;
   cfg.memory = CommConfig::Memory::Gpu;
+  if (path == "gdaki") {
+    cfg.device = "emu";
+    cfg.emu_fabric = DeviceOptions::Fabric::Tcp;
+  }
   cfg.timeout = std::chrono::milliseconds(20000);
   Comm comm(bs, cfg);
-  const auto want = path == "p2p" ? dev::CommPath::P2p : dev::CommPath::Proxy;
+  const auto want = path == "p2p"     ? dev::CommPath::P2p
+                    : path == "gdaki" ? dev::CommPath::Gdaki
+                                      : dev::CommPath::Proxy;
   if (comm.path(1 - r) != want) return "path: " + comm.report();
   CommWindow& win = comm.alloc_symmetric(kWin);
   std::vector<uint8_t> h(kWin);
@@ -81,7 +90,9 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
   cudaMemset(step, 0, 8);
   // Both kernels loaded before either runs: under CUDA lazy loading (the
   // default) k_group's first launch, queued behind a k_ops that waits on the
-  // proxy, stalled the proxy's GPU copies until k_ops timed out (H200).
+  // proxy, stalled the proxy's GPU copies until k_ops timed out (H200). The
+  // gdaki path has the same hazard: the software NIC's engine moves GPU
+  // memory with CUDA copies while k_ops spins on its CQ.
   cudaFuncAttributes fa;
   if (cudaFuncGetAttributes(&fa, k_ops) != cudaSuccess || cudaFuncGetAttributes(&fa, k_group) != cudaSuccess)
     return "cudaFuncGetAttributes";
@@ -116,22 +127,23 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
 int main() {
   setenv("KINET_SOCKET_IFNAME", "lo", 1);
   int rc = 0;
-  const char* only = std::getenv("KINET_COMM_TEST_ONLY");  // "p2p" or "proxy": that path alone (debugging)
-  for (const std::string path : {"p2p", "proxy"}) {
+  const char* only = std::getenv("KINET_COMM_TEST_ONLY");  // "p2p", "proxy" or "gdaki": that path alone (debugging)
+  for (const std::string path : {"p2p", "proxy", "gdaki"}) {
     if (only && path != only) continue;
     auto res = kinet::test::run_ranks(2, [&](int r, int, Bootstrap& bs) { return run(r, bs, path); },
                                       std::chrono::seconds(120));
-    bool skip = false;
+    bool skip = false, failed = false;
     for (size_t r = 0; r < res.size(); ++r) {
       skip |= res[r].out == "SKIP";
       if (res[r].out != "SKIP" && (res[r].exit_code != 0 || res[r].timed_out)) {
         std::printf("FAIL %s rank %zu: exit %d%s: %s\n", path.c_str(), r, res[r].exit_code,
                     res[r].timed_out ? " (timed out)" : "", res[r].out.c_str());
-        rc = 1;
+        failed = true;
       }
     }
     if (skip) return std::printf("SKIPPED: no GPU\n"), 77;
-    std::printf("%s %s\n", rc ? "  FAILED" : "      OK", path.c_str());
+    std::printf("%s %s\n", failed ? "  FAILED" : "      OK", path.c_str());
+    rc |= failed ? 1 : 0;
   }
   return rc;
 }

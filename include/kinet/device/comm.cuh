@@ -17,12 +17,15 @@
 //          system-scope atomics on the mapping.
 //   Proxy  a descriptor on the peer's proxy channel (kinet/device/proxy.cuh):
 //          a CPU proxy thread executes it on the communicator's transport.
+//   Gdaki  WQEs on the RC queue pair to the peer (kinet/device/qp.cuh): the
+//          caller posts them and rings the doorbell of the NIC (a ConnectX,
+//          or the software NIC "emu" on its cross-process fabric) itself.
 //
 // Addresses are (window, byte offset) pairs: the same window has the same
 // size on every rank (symmetric), so an offset names the same place on every
 // rank. A source or destination on the caller's side lies in the caller's
-// own part of a window (for the proxy: its registration is what lets the
-// proxy thread read or write it).
+// own part of a window (for the proxy and gdaki: its registration is what
+// lets the proxy thread or the NIC read or write it).
 //
 // Completion and ordering (the weakest promise over every path):
 //   put / get / put_value return once the operation is handed off; the
@@ -38,7 +41,14 @@
 //   (applied by the transport under its lock) are not atomic with respect to
 //   the own rank's (self path, CPU atomics) on the same word; see docs/COMM.md.
 //   fence(peer): puts posted after it reach the peer after those before it
-//   (for the proxy path it is a quiet of that peer's channel).
+//   (for the proxy and gdaki paths it is a quiet of that peer's channel / QP).
+//   Gdaki: put_signal / signal with Add is an RDMA fetch-add the responder
+//   executes after the earlier writes and atomics of the QP (RC order); with
+//   Set it is an 8-byte inline RDMA write with the NIC fence (behind earlier
+//   reads and atomics too) relying on RC's in-order placement of writes of one
+//   QP (see docs/COMM.md for where that is weaker); quiet() waits for every
+//   WQE posted to every gdaki QP (RC completions: the data is placed at the
+//   responder, qp.cuh "What a completion means").
 //   barrier(): quiet, then every rank arrives; afterwards every rank's data
 //   written before its barrier is visible. ONE thread per rank calls it.
 //
@@ -47,7 +57,9 @@
 // peer, which operation, window and offset, what was expected and seen);
 // Comm::device_error() on the host spells it out. A peer known to be lost
 // (the host's monitor saw its transport fail) ends the waits that involve it
-// at once with TransportRetryExceeded.
+// at once with TransportRetryExceeded; a gdaki peer whose QP reported an
+// error CQE ends them with that CQE's status (a lost peer: the software NIC's
+// fabric and a ConnectX both report TransportRetryExceeded).
 //
 // Sharing (as in qp.cuh): S is how many threads use the handle at once;
 // the default, Gpu, is right for kernels and for several host threads.
@@ -60,7 +72,7 @@
 
 namespace kinet::dev {
 
-enum class CommPath : uint32_t { Self = 1, P2p = 2, Proxy = 3 };
+enum class CommPath : uint32_t { Self = 1, P2p = 2, Proxy = 3, Gdaki = 4 };
 // How a signal changes the 8-byte word (kinet::SignalOp's values).
 enum class SigOp : uint32_t { Add = 1, Set = 2 };
 // wait_signal's comparison: word <cmp> value.
@@ -70,7 +82,7 @@ enum class CommOp : uint32_t {
   None = 0, Put, PutValue, Get, PutSignal, Signal, WaitSignal, FetchAdd, CompareSwap, Quiet, Fence, Barrier,
 };
 
-inline constexpr uint32_t kCommHandleVersion = 1;
+inline constexpr uint32_t kCommHandleVersion = 2;  // 2: CommPeer::qp, WindowHandle::qp_lkey (Gdaki)
 inline constexpr uint32_t kWindowHandleBytes = 40;
 inline constexpr uint32_t kCommHandleBytes = 88;
 inline constexpr uint32_t kWindowHandleAbi = 0xC0000000u | kCommHandleVersion << 16 | kWindowHandleBytes;
@@ -78,9 +90,9 @@ inline constexpr uint32_t kCommHandleAbi = 0xC0000000u | kCommHandleVersion << 1
 
 // One peer's part of a window.
 struct CommWindowPeer {
-  uint64_t raddr;   // the window's address in the peer's process (Proxy)
+  uint64_t raddr;   // the window's address in the peer's process (Proxy, Gdaki)
   uint8_t* mapped;  // the peer's window mapped here (Self, P2p); null otherwise
-  uint32_t rkey;    // Proxy: the Rkey id on the peer's channel
+  uint32_t rkey;    // Proxy: the Rkey id on the peer's channel; Gdaki: the peer's MR rkey (big-endian, Rkey::be)
   uint32_t pad;
 };
 static_assert(sizeof(CommWindowPeer) == 24);
@@ -92,7 +104,7 @@ struct WindowHandle {
   uint8_t* local;                   // this rank's part
   uint64_t bytes;                   // size of every rank's part
   uint32_t lkey;                    // Proxy: this rank's part as a proxy Lkey id
-  uint32_t pad;
+  uint32_t qp_lkey;                 // Gdaki: this rank's part's MR lkey (big-endian, Lkey::be)
   const CommWindowPeer* peers;      // [CommHandle::size], memory the posters read
 };
 static_assert(sizeof(WindowHandle) == kWindowHandleBytes, "update kWindowHandleBytes");
@@ -108,12 +120,14 @@ struct CommAtomicSlot {
 
 struct CommPeer {
   uint32_t path;                    // CommPath
-  uint32_t scratch_lkey;            // Proxy: Lkey id of the scratch below
+  uint32_t scratch_lkey;            // Proxy: Lkey id of the scratch below; Gdaki: the scratch MR's lkey (Lkey::be)
   ProxyHandle ch;                   // Proxy: the channel to this peer
-  uint64_t* put_scratch;            // Proxy: [ch.size()] sources of put_value, by ring slot
-  CommAtomicSlot* atomic_scratch;   // Proxy: [ch.size()] results of atomics, by ring slot
+  uint64_t* put_scratch;            // Proxy: [ch.size()] sources of put_value, by ring slot;
+                                    // Gdaki: [1] where signal fetch-adds return the old value (never read)
+  CommAtomicSlot* atomic_scratch;   // Proxy: [ch.size()], Gdaki: [qp.size()] results of atomics, by ring slot
+  QpHandle qp;                      // Gdaki: the RC QP to this peer
 };
-static_assert(sizeof(CommPeer) == 72);
+static_assert(sizeof(CommPeer) == 72 + sizeof(QpHandle));
 static_assert(std::is_trivially_copyable_v<CommPeer>);
 
 // Mutable state of one rank, in memory every poster reaches.
@@ -152,7 +166,8 @@ static_assert(offsetof(CommHandle, abi) == 0);
 // Common errors: InvalidArgument (bad abi word, peer out of [0, size), a range
 // outside the window, a misaligned signal or atomic word (8 bytes), bytes 0
 // in get, nbytes outside 1..8 in put_value); the proxy's statuses
-// (TimeoutSqSpace, QpBroken, WrFlushed, the transport's failure).
+// (TimeoutSqSpace, QpBroken, WrFlushed, the transport's failure); on the
+// gdaki path the QP's (the same names, and the error CQE's status).
 
 // Copies [src_off, src_off + bytes) of my part of `src` to
 // [dst_off, dst_off + bytes) of `peer`'s part of `dst`. bytes == 0: Ok, nothing.
@@ -232,10 +247,14 @@ __device__ Status cta_signal(const CommHandle& c, int peer, const WindowHandle& 
 
 // What a path is called in messages.
 KINET_HD const char* comm_path_name(uint32_t p) {
-  return p == uint32_t(CommPath::Self) ? "self" : p == uint32_t(CommPath::P2p) ? "p2p"
-                                                  : p == uint32_t(CommPath::Proxy) ? "proxy" : "none";
+  return p == uint32_t(CommPath::Self)    ? "self"
+         : p == uint32_t(CommPath::P2p)   ? "p2p"
+         : p == uint32_t(CommPath::Proxy) ? "proxy"
+         : p == uint32_t(CommPath::Gdaki) ? "gdaki"
+                                          : "none";
 }
 
 }  // namespace kinet::dev
 
 #include "kinet/device/impl/comm_funcs.cuh"
+#include "kinet/device/impl/comm_group_funcs.cuh"
