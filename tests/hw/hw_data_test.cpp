@@ -6,6 +6,7 @@
 // (hw_device.hpp); with none every test is SKIPPED, saying exactly why.
 // With KINET_HW_DEVICE=mlx5_emu the same tests run on the mlx5 provider over
 // the software NIC (ctest: hw.on_mlx5_emu), which proves they can pass and fail.
+#include "concurrency_cases.hpp"
 #include "data_cases.hpp"
 #include "fault_rig.hpp"
 #include "hw_device.hpp"
@@ -47,9 +48,9 @@ TEST(HwDevice, OpensAsTheMlx5ProviderAndConnects) {
 template <class T> class HwData : public ::testing::Test {};
 TYPED_TEST_SUITE(HwData, SharingModes, SharingModeNames);
 
-#define KINET_HW_TYPED_CASE(Name)                  \
-  TYPED_TEST(HwData, Name) {                       \
-    KINET_HW_DEVICE_OR_SKIP();                     \
+#define KINET_HW_TYPED_CASE(Name)                 \
+  TYPED_TEST(HwData, Name) {                      \
+    KINET_HW_DEVICE_OR_SKIP();                    \
     cases::Name<TypeParam::value>(hw::devices()); \
   }
 KINET_HW_TYPED_CASE(PutEverySize)
@@ -61,10 +62,10 @@ KINET_HW_TYPED_CASE(CompareSwapSuccessAndFailure)
 KINET_HW_TYPED_CASE(NopCompletes)
 KINET_HW_TYPED_CASE(PutSignalDataVisibleWhenSignalSeen)
 
-#define KINET_HW_CASE(Suite, Name)  \
-  TEST(Suite, Name) {               \
-    KINET_HW_DEVICE_OR_SKIP();      \
-    cases::Name(hw::devices());     \
+#define KINET_HW_CASE(Suite, Name) \
+  TEST(Suite, Name) {              \
+    KINET_HW_DEVICE_OR_SKIP();     \
+    cases::Name(hw::devices());    \
   }
 KINET_HW_CASE(HwSplit, QpMaxMsgBelowDeviceMax)
 KINET_HW_CASE(HwSignalling, UnsignalledTicketStillCompletes)
@@ -75,6 +76,17 @@ KINET_HW_CASE(HwRing, SixteenBitCounterWraps)
 KINET_HW_CASE(HwRing, TryReserveNoSpaceOnFullRingDoesNotBlock)
 KINET_HW_CASE(HwOrdering, ReadThenFencedWriteToSameAddress)
 KINET_HW_CASE(HwTopology, BothDirectionsConcurrently)
+
+// ---- host threads sharing one QP (concurrency_cases.hpp) ------------------------------
+
+TEST(HwConcurrency, EightThreadsShareOneQpCta) {
+  KINET_HW_DEVICE_OR_SKIP();
+  cases::shared_qp<Sharing::Cta>(test_threads(8), hw::devices());
+}
+TEST(HwConcurrency, EightThreadsShareOneQpGpu) {
+  KINET_HW_DEVICE_OR_SKIP();
+  cases::shared_qp<Sharing::Gpu>(test_threads(8), hw::devices());
+}
 
 // ---- error CQEs: exact syndromes, then everything after is flushed -------------------
 
@@ -95,9 +107,7 @@ void run_fault(FaultRig& r, std::mt19937_64& rng, const BadOp& bad, Status want,
   r.run(rng, bad, want, {words.c_str()}, syn);
 }
 
-PairOptions hw_fault_options(uint32_t access_b = kinet::kAccessAll) {
-  return fault_options(access_b, hw::devices());
-}
+PairOptions hw_fault_options(uint32_t access_b = kinet::kAccessAll) { return fault_options(access_b, hw::devices()); }
 
 TEST(HwFault, BadRkeyOnWrite) {
   KINET_HW_DEVICE_OR_SKIP();

@@ -35,9 +35,11 @@ Choice choose_device(std::string_view requested, const Probe& p) {
     for (const auto& x : p.devices)
       if (x.name == requested) d = &x;
     if (!d)
-      c.skip = "no RDMA device named " + std::string(requested) + " (KINET_HW_DEVICE; rdma-core lists " + names(p) + ")";
+      c.skip =
+          "no RDMA device named " + std::string(requested) + " (KINET_HW_DEVICE; rdma-core lists " + names(p) + ")";
     else if (!d->mlx5)
-      c.skip = "device not mlx5: " + d->name + " (KINET_HW_DEVICE) is not supported by mlx5dv; kinet's mlx5 provider "
+      c.skip = "device not mlx5: " + d->name +
+               " (KINET_HW_DEVICE) is not supported by mlx5dv; kinet's mlx5 provider "
                "drives ConnectX only";
     else
       c.device = d->name;

@@ -30,9 +30,8 @@ TEST(HwDeviceChoice, ListFailureAndEmptyListAreNoDevice) {
   Probe p;
   p.rdma_core = true;
   p.list_errno = ENOSYS;
-  EXPECT_EQ(choose_device("", p).skip,
-            std::string("no RDMA device: ibv_get_device_list failed (errno 38: ") + std::strerror(ENOSYS) +
-                                           "; the kernel has no RDMA support loaded)");
+  EXPECT_EQ(choose_device("", p).skip, std::string("no RDMA device: ibv_get_device_list failed (errno 38: ") +
+                                           std::strerror(ENOSYS) + "; the kernel has no RDMA support loaded)");
   p.list_errno = EACCES;
   EXPECT_EQ(choose_device("", p).skip,
             std::string("no RDMA device: ibv_get_device_list failed (errno 13: ") + std::strerror(EACCES) + ")");
@@ -57,7 +56,8 @@ TEST(HwDeviceChoice, NamedDeviceMustBeListedAndMlx5) {
   EXPECT_EQ(choose_device("mlx5_1", p).device, "mlx5_1");
   auto c = choose_device("mlx5_2", p);
   EXPECT_EQ(c.device, "");
-  EXPECT_EQ(c.skip, "no RDMA device named mlx5_2 (KINET_HW_DEVICE; rdma-core lists rxe0, mlx5_0 (mlx5), mlx5_1 (mlx5))");
+  EXPECT_EQ(c.skip,
+            "no RDMA device named mlx5_2 (KINET_HW_DEVICE; rdma-core lists rxe0, mlx5_0 (mlx5), mlx5_1 (mlx5))");
   c = choose_device("rxe0", p);
   EXPECT_EQ(c.device, "");
   EXPECT_EQ(c.skip,

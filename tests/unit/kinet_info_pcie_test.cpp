@@ -51,9 +51,9 @@ TEST(KinetInfoPcie, DifferentRootPortsArePhb) {
   EXPECT_EQ(d.relation, "PHB");
   EXPECT_EQ(d.why, "through host bridge pci0000:00 (different root ports)");
   // Integrated endpoints right below the host bridge.
-  EXPECT_EQ(pcie_distance(at("/sys/devices/pci0000:00/0000:00:02.0"), at("/sys/devices/pci0000:00/0000:00:03.0"))
-                .relation,
-            "PHB");
+  EXPECT_EQ(
+      pcie_distance(at("/sys/devices/pci0000:00/0000:00:02.0"), at("/sys/devices/pci0000:00/0000:00:03.0")).relation,
+      "PHB");
 }
 
 TEST(KinetInfoPcie, DifferentHostBridgesAreNodeOrSysByNuma) {
