@@ -71,6 +71,11 @@ constexpr Variable kVariables[] = {
     {"KINET_TEST_THREADS", "8", "posting threads of the shared-queue tests", "tests", true},
     {"KINET_COMM_TEST_ONLY", "unset", "p2p or proxy: kinet-gpu-comm runs that path alone (both when unset)", "tests",
      true},
+    {"KINET_HW_DEVICE", "first mlx5 device",
+     "device of the hw suite (label hw): an RDMA device name rdma-core lists (\"mlx5_0\"), or mlx5_emu (the mlx5 "
+     "provider over the software NIC). Unset: the first device mlx5dv supports. No libibverbs, no device, or a "
+     "device that is not mlx5: every hw test is skipped, naming which",
+     "tests", true},
     {"DOCA_SDK_LIB_PATH", "unset",
      "SDK mode: the directory holding the DOCA SDK's libdoca_common.so, libdoca_verbs.so and libdoca_gpunetio.so "
      "(e.g. /opt/mellanox/doca/lib/x86_64-linux-gnu); loaded with dlopen, they make the control-path objects. "

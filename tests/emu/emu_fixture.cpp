@@ -18,8 +18,8 @@ QpConfig test_qp_config(uint32_t sq_depth, uint64_t timeout_ms) {
 }
 
 EmuPair::EmuPair(const PairOptions& o) {
-  da = Device::open("emu", o.dev_a);
-  db = Device::open("emu", o.dev_b);
+  da = Device::open(o.device_a, o.dev_a);
+  db = Device::open(o.device_b, o.dev_b);
   pa = da->alloc_pd();
   pb = db->alloc_pd();
   qa = pa->create_qp(o.cfg_a);

@@ -26,6 +26,9 @@ struct Region {
 Region make_region(ProtectionDomain& pd, size_t len, uint32_t access = kAccessAll);
 
 struct PairOptions {
+  // Device::open names: the software NIC by default; the hw suite names a
+  // ConnectX (or "mlx5_emu": the mlx5 provider over the software NIC).
+  std::string device_a = "emu", device_b = "emu";
   DeviceOptions dev_a{}, dev_b{};
   QpConfig cfg_a{}, cfg_b{};
   uint32_t access_a = kAccessAll;  // remote operations QP a accepts (to_init)
@@ -34,6 +37,7 @@ struct PairOptions {
 };
 
 // Device a (initiator) and device b (target), one PD each, QP a <-> QP b.
+// (Two opens of one hardware device give two contexts: QP a <-> QP b loop back.)
 // Destruction order: regions, QPs, PDs, devices.
 class EmuPair {
  public:

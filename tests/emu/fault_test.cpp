@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "emu_fixture.hpp"
+#include "fault_rig.hpp"
 
 namespace {
 
@@ -21,122 +21,6 @@ namespace dev = kinet::dev;
 namespace m = kinet::mlx5;
 using namespace kinet::test;
 constexpr Sharing X = Sharing::Exclusive;
-
-constexpr uint64_t kTimeoutMs = 2000;
-
-PairOptions fault_options(uint32_t access_b = kinet::kAccessAll) {
-  PairOptions o;
-  o.cfg_a = test_qp_config(64, kTimeoutMs);
-  o.cfg_b = test_qp_config(64, kTimeoutMs);
-  o.access_b = access_b;
-  return o;
-}
-
-using BadOp = std::function<Status(const QpHandle&, Ticket*)>;
-
-// A QP pair with scratch regions on both sides and the expected content of
-// every registered byte.
-class FaultRig {
- public:
-  explicit FaultRig(const PairOptions& o = fault_options()) : p(o) {
-    la = &p.reg_a(16384);
-    res = &p.reg_a(64);
-    rb = &p.reg_b(16384);
-  }
-
-  EmuPair p;
-  Region *la, *res, *rb;
-  std::vector<std::vector<uint8_t>> want_a, want_b;
-
-  // Fresh random content in every region; remembered as expected.
-  void randomize(std::mt19937_64& rng) {
-    want_a.clear();
-    want_b.clear();
-    for (auto& r : p.ra) {
-      fill_random(rng, r->p(), r->len);
-      want_a.emplace_back(r->p(), r->p() + r->len);
-    }
-    for (auto& r : p.rb) {
-      fill_random(rng, r->p(), r->len);
-      want_b.emplace_back(r->p(), r->p() + r->len);
-    }
-  }
-  size_t index_a(const Region* r) const {
-    for (size_t i = 0; i < p.ra.size(); ++i)
-      if (p.ra[i].get() == r) return i;
-    return ~size_t{0};
-  }
-
-  // A successful operation before the fault: get rb[0, 1024) -> la[0, 1024).
-  Ticket good_op() {
-    Ticket t;
-    EXPECT_EQ(dev::get<X>(p.h(), la->p(), la->lkey(), rb->addr(), rb->rkey(), 1024, 0, &t), Status::Ok);
-    std::memcpy(want_a[index_a(la)].data(), rb->p(), 1024);
-    return t;
-  }
-
-  // Operations after the fault, each of which would change bytes if executed.
-  std::vector<Ticket> later_ops(std::mt19937_64& rng) {
-    std::vector<Ticket> ts;
-    Ticket t;
-    const auto h = p.h();
-    EXPECT_EQ(dev::put<X>(h, la->p() + 4096, la->lkey(), rb->addr() + 4096, rb->rkey(), 1000, 0, &t), Status::Ok);
-    ts.push_back(t);
-    EXPECT_EQ(dev::get<X>(h, la->p() + 8192, la->lkey(), rb->addr() + 8192, rb->rkey(), 999, dev::kSignal, &t),
-              Status::Ok);
-    ts.push_back(t);
-    uint8_t inl[16];
-    fill_random(rng, inl, sizeof inl);
-    EXPECT_EQ(dev::put_inline<X>(h, inl, 16, rb->addr() + 12288, rb->rkey(), 0, &t), Status::Ok);
-    ts.push_back(t);
-    EXPECT_EQ(dev::fetch_add<X>(h, res->u64(0), res->lkey(), rb->addr() + 12800, rb->rkey(), 1, 0, &t), Status::Ok);
-    ts.push_back(t);
-    EXPECT_EQ(dev::nop<X>(h, 0, &t), Status::Ok);
-    ts.push_back(t);
-    return ts;
-  }
-
-  ::testing::AssertionResult unchanged_except_expected() const {
-    for (size_t i = 0; i < p.ra.size(); ++i) {
-      auto r = bytes_equal(p.ra[i]->p(), want_a[i].data(), p.ra[i]->len, "initiator region " + std::to_string(i));
-      if (!r) return r;
-    }
-    for (size_t i = 0; i < p.rb.size(); ++i) {
-      auto r = bytes_equal(p.rb[i]->p(), want_b[i].data(), p.rb[i]->len, "target region " + std::to_string(i));
-      if (!r) return r;
-    }
-    return ::testing::AssertionSuccess();
-  }
-
-  // The whole story: good op, bad op, later ops; statuses, state, message, bytes.
-  void run(std::mt19937_64& rng, const BadOp& bad, Status want, std::initializer_list<const char*> words) {
-    randomize(rng);
-    const auto t0 = std::chrono::steady_clock::now();
-    const Ticket g = good_op();
-    Ticket b;
-    ASSERT_EQ(bad(p.h(), &b), Status::Ok) << "posting the bad operation itself must succeed (the NIC checks)";
-    const std::vector<Ticket> later = later_ops(rng);
-    const auto h = p.h();
-    EXPECT_EQ(dev::wait<X>(h, g), Status::Ok) << "the operation before the fault";
-    EXPECT_EQ(dev::wait<X>(h, b), want) << "the faulting operation; last_error: " << p.qa->last_error();
-    EXPECT_EQ(dev::test<X>(h, b), want);
-    for (size_t i = 0; i < later.size(); ++i)
-      EXPECT_EQ(dev::wait<X>(h, later[i]), Status::WrFlushed) << "operation " << i << " after the fault";
-    // And one more posted after the error was seen.
-    Ticket after;
-    ASSERT_EQ(dev::put<X>(h, la->p(), la->lkey(), rb->addr() + 2048, rb->rkey(), 64, dev::kSignal, &after),
-              Status::Ok);
-    EXPECT_EQ(dev::wait<X>(h, after), Status::WrFlushed) << "operation posted after the error CQE was seen";
-    EXPECT_EQ(dev::quiet<X>(h), Status::WrFlushed);
-    EXPECT_LT(seconds_since(t0), kTimeoutMs / 1000.0) << "fault reporting must not rely on timeouts";
-    EXPECT_EQ(p.qa->state(), QpState::Error);
-    const std::string le = p.qa->last_error();
-    EXPECT_FALSE(le.empty());
-    EXPECT_TRUE(mentions_any(le, words)) << "last_error() = \"" << le << "\"";
-    EXPECT_TRUE(unchanged_except_expected());
-    EXPECT_EQ(h.state->error_wqe, b.idx - 1);
-  }
-};
 
 // ---------------------------------------------------------------------------
 // Local side.

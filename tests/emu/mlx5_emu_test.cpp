@@ -500,8 +500,9 @@ TEST(Mlx5Emu, ConfigChecks) {
   c = test_qp_config(1u << 15);  // exactly the largest
   EXPECT_EQ(pd->create_qp(c)->handle().size(), 1u << 15);
   c = test_qp_config(16);
-  c.rings = kinet::RingPlacement::Gpu;
-  error_of([&] { pd->create_qp(c); }, ErrorCode::NotSupported);
+  c.rings = kinet::RingPlacement::Gpu;  // the software NIC reads rings from host memory (hardware only)
+  std::string g = error_of([&] { pd->create_qp(c); }, ErrorCode::NotSupported);
+  EXPECT_TRUE(has(g, "rings in GPU memory: this backend reads rings from host memory only")) << g;
   int x = 0;
   const std::string m = error_of([&] { pd->reg_mr(&x, 0, kinet::kLocalWrite); }, ErrorCode::InvalidArgument);
   EXPECT_TRUE(has(m, "empty range")) << m;

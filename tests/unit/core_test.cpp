@@ -62,7 +62,7 @@ TEST(Env, TableNamesEveryKnownVariableOnceWithItsReader) {
     EXPECT_EQ(test_only.count(n), 0u) << n << " is read by the library, not only by tests";
   }
   EXPECT_EQ(test_only, (std::set<std::string>{"KINET_TEST_SEED", "KINET_TEST_SCALE", "KINET_TEST_THREADS",
-                                             "KINET_COMM_TEST_ONLY"}));
+                                             "KINET_COMM_TEST_ONLY", "KINET_HW_DEVICE"}));
 }
 
 // ---- KINET_TIMEOUT_MS ---------------------------------------------------------------

@@ -335,3 +335,44 @@ TEST_F(DevxIssue, FailedDestroyIsLoggedNotThrown) {
   EXPECT_EQ(nic.cqs.count(id), 0u);
 }
 }  // namespace
+
+// ---- UMEM over a dma-buf (rings in GPU memory on hardware) ----------------------------
+namespace {
+struct DmabufCall {
+  int fd = -1;
+  uint64_t offset = 0;
+  size_t size = 0;
+  uint32_t access = 0;
+};
+DmabufCall last_dmabuf;
+mlx5dv_devx_umem* umem_reg_dmabuf(ibv_context* ctx, int fd, uint64_t offset, size_t size, uint32_t access,
+                                  uint32_t* id) {
+  last_dmabuf = {fd, offset, size, access};
+  if (fd < 0) return errno = EBADF, nullptr;
+  return umem_reg(ctx, nullptr, size, access, id);
+}
+}  // namespace
+
+TEST_F(DevxIssue, DmabufUmemGoesThroughItsEntryPointOrIsNotSupported) {
+  EXPECT_FALSE(dx.has_umem_dmabuf());
+  expect_error([&] { dx.register_umem_dmabuf(5, 0, 4096, 0); }, ErrorCode::NotSupported,
+               {"fake0: registering a dma-buf UMEM: this rdma-core has no mlx5dv_devx_umem_reg_ex"});
+
+  kinet::mlx5::DevxOps ops = kFakeOps;
+  ops.umem_reg_dmabuf = umem_reg_dmabuf;
+  Devx d2{reinterpret_cast<ibv_context*>(&nic), "fake2", ops};
+  EXPECT_TRUE(d2.has_umem_dmabuf());
+  {
+    Devx::Umem u = d2.register_umem_dmabuf(7, 0x2040, 8192, kinet::kLocalWrite);
+    EXPECT_EQ(last_dmabuf.fd, 7);
+    EXPECT_EQ(last_dmabuf.offset, 0x2040u);
+    EXPECT_EQ(last_dmabuf.size, 8192u);
+    EXPECT_EQ(last_dmabuf.access, uint32_t(kinet::kLocalWrite));
+    EXPECT_EQ(nic.umems.count(u.id), 1u);
+    // The UMEM works like any other: a CQ on it.
+    Devx::Object cq = d2.create_cq(cq_params(u));
+    EXPECT_EQ(nic.cqs.size(), 1u);
+  }
+  expect_error([&] { d2.register_umem_dmabuf(-1, 0x1000, 64, 0); }, ErrorCode::System,
+               {"fake2: registering UMEM over dma-buf fd -1 [0x1000, +64) failed (errno " + std::to_string(EBADF)});
+}

@@ -48,6 +48,8 @@ TEST(DevxRdmaCore, EveryEntryPointIsSet) {
                         (const void*)o.obj_destroy, (const void*)o.general_cmd, (const void*)o.umem_reg,
                         (const void*)o.umem_dereg, (const void*)o.alloc_uar, (const void*)o.free_uar})
     EXPECT_NE(p, nullptr);
+  // Optional: set exactly when libmlx5 has mlx5dv_devx_umem_reg_ex (rdma-core 44, as CI's, has it).
+  EXPECT_EQ(o.umem_reg_dmabuf != nullptr, m::rdma_core()->umem_reg_ex != nullptr);
   const m::VerbsOps& v = m::rdma_core_verbs();
   for (const void* p : {(const void*)v.close, (const void*)v.alloc_pd, (const void*)v.dealloc_pd,
                         (const void*)v.reg_mr, (const void*)v.dereg_mr, (const void*)v.query_port})

@@ -81,6 +81,12 @@ std::string doorbell_for(const Facts& f, std::string* why) {
     return "none";
   }
 }
+
+// Facts::pci's entry for PCI address `bdf` (any form normalize_bdf takes); empty when unknown.
+PciLocation location(const Facts& f, const std::string& bdf) {
+  const auto it = f.pci.find(normalize_bdf(bdf));
+  return it == f.pci.end() ? PciLocation{} : it->second;
+}
 }  // namespace
 
 std::pair<int, int> kernel_version(const std::string& r) {
@@ -190,6 +196,9 @@ Diagnosis diagnose(const Facts& f) {
         p.gdaki = !blocked;
         p.doorbell = db_mode;
         p.doorbell_why = db_why;
+        const PcieDistance dist = pcie_distance(location(f, g.pci), location(f, n.pci));
+        p.pcie = dist.relation;
+        p.pcie_why = dist.why;
         d.any_gdaki |= p.gdaki;
         d.pairs.push_back(std::move(p));
       }
@@ -239,6 +248,7 @@ json to_json(const Facts& f, const Diagnosis& d) {
     for (const Finding& x : p.findings) fs.push_back(finding(x));
     pairs.push_back({{"gpu", p.gpu}, {"nic", p.nic}, {"gdaki", p.gdaki}, {"doorbell", p.doorbell},
                      {"doorbell_why", p.doorbell_why.empty() ? json(nullptr) : json(p.doorbell_why)},
+                     {"pcie", p.pcie}, {"pcie_why", p.pcie_why.empty() ? json(nullptr) : json(p.pcie_why)},
                      {"findings", fs}});
   }
   return {{"summary", d.summary},
@@ -280,6 +290,7 @@ std::string to_text(const Facts& f, const Diagnosis& d) {
   for (const Pair& p : d.pairs) {
     s += "  GPU " + std::to_string(p.gpu) + " + " + p.nic + ": " + (p.gdaki ? "GDAKI can run" : "GDAKI can't run") +
          ", doorbell mode " + p.doorbell + "\n";
+    s += "    PCIe " + p.pcie + (p.pcie_why.empty() ? "" : ": " + p.pcie_why) + "\n";
     for (const Finding& x : p.findings) {
       s += std::string("    ") + (x.blocker ? "BLOCKER " : "note    ") + "[" + x.check + "] " + x.what + "\n";
       if (!x.fix.empty()) s += "            fix: " + x.fix + "\n";

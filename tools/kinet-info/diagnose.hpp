@@ -7,10 +7,12 @@
 // (tests/unit/kinet_info_diagnose_test.cpp).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "pcie.hpp"
 #include "providers/mlx5/inventory.hpp"
 
 namespace kinet::info {
@@ -54,6 +56,9 @@ struct Facts {
   std::string provider_uar_why;
   // $KINET_DOORBELL_MODE (null: unset).
   const char* doorbell_env = nullptr;
+  // Where the GPUs and NICs sit on PCIe, by normalized address (normalize_bdf
+  // of Gpu::pci and RdmaDevice::pci); a missing entry is an unknown location.
+  std::map<std::string, PciLocation> pci;
 };
 
 // One check's outcome. blocker: GDAKI can't run until it is fixed.
@@ -71,6 +76,8 @@ struct Pair {
   std::vector<Finding> findings;  // the NIC's own; machine-wide ones are in Diagnosis::machine
   std::string doorbell;           // mode kinet would pick for kernels posting on this pair: uar, bf, cpu
   std::string doorbell_why;       // the reason when it is cpu
+  std::string pcie;               // PCIe distance as nvidia-smi topo names it: PIX, PXB, PHB, NODE, SYS, unknown
+  std::string pcie_why;           // in words (pcie.hpp)
 };
 
 struct Diagnosis {

@@ -153,6 +153,13 @@ Facts collect_facts() {
   f.provider_maps_uar = hw.uar_gpu_mappable;
   f.provider_uar_why = hw.uar_gpu_why;
   f.doorbell_env = std::getenv("KINET_DOORBELL_MODE");
+  // PCIe locations of every GPU and NIC (the pairs' distances).
+  auto locate = [&f](const std::string& bdf) {
+    const std::string b = normalize_bdf(bdf);
+    if (!b.empty()) f.pci[b] = pci_location(b);
+  };
+  for (const Gpu& g : f.gpus) locate(g.pci);
+  for (const mlx5::RdmaDevice& n : f.nics) locate(n.pci);
   return f;
 }
 }  // namespace kinet::info

@@ -155,6 +155,21 @@ Devx::Umem Devx::register_umem(void* addr, size_t size, uint32_t access) {
   return u;
 }
 
+Devx::Umem Devx::register_umem_dmabuf(int fd, uint64_t offset, size_t size, uint32_t access) {
+  if (!ops_.umem_reg_dmabuf)
+    throw Error(ErrorCode::NotSupported, name_ + ": registering a dma-buf UMEM: this rdma-core has no "
+                                                 "mlx5dv_devx_umem_reg_ex");
+  Umem u;
+  u.umem = ops_.umem_reg_dmabuf(ctx_, fd, offset, size, access, &u.id);
+  if (!u.umem) {
+    const int err = errno;
+    throw Error(code_of(0, err), name_ + ": registering UMEM over dma-buf fd " + std::to_string(fd) + " [" +
+                                     hex(offset) + ", +" + std::to_string(size) + ") failed (" + errno_text(err) + ")");
+  }
+  u.owner = this;
+  return u;
+}
+
 Devx::Uar Devx::alloc_uar(uint32_t flags) {
   Uar u;
   u.uar = ops_.alloc_uar(ctx_, flags, &u.page_id, &u.reg_addr);

@@ -41,6 +41,11 @@ struct DevxOps {
   // UAR: page id and the doorbell register's address (mlx5dv_devx_uar fields).
   mlx5dv_devx_uar* (*alloc_uar)(ibv_context* ctx, uint32_t flags, uint32_t* page_id, void** reg_addr);
   void (*free_uar)(mlx5dv_devx_uar* uar);
+  // Optional (null: not offered): a UMEM over [offset, offset + size) of the
+  // dma-buf `fd` (mlx5dv_devx_umem_reg_ex with MLX5DV_UMEM_MASK_DMABUF), e.g.
+  // GPU memory exported with cuMemGetHandleForAddressRange.
+  mlx5dv_devx_umem* (*umem_reg_dmabuf)(ibv_context* ctx, int fd, uint64_t offset, size_t size, uint32_t access,
+                                       uint32_t* id) = nullptr;
 };
 
 // rdma-core's entry points (defined in devx_rdma_core.cpp, library kinet_mlx5).
@@ -102,6 +107,10 @@ class Devx {
   mlx5::cmd::HcaCaps query_general_caps(bool current = true);
   mlx5::cmd::AtomicCaps query_atomic_caps(bool current = true);
   Umem register_umem(void* addr, size_t size, uint32_t access);
+  // A UMEM over [offset, offset + size) of dma-buf `fd` (the caller keeps and
+  // closes fd). NotSupported when the ops have no umem_reg_dmabuf.
+  Umem register_umem_dmabuf(int fd, uint64_t offset, size_t size, uint32_t access);
+  bool has_umem_dmabuf() const { return ops_.umem_reg_dmabuf != nullptr; }
   Uar alloc_uar(uint32_t flags);
   Object create_cq(const mlx5::cmd::CreateCq& p);
   Object create_qp(const mlx5::cmd::CreateQp& p);

@@ -1,6 +1,8 @@
 // kinet — the mlx5 provider over DevxOps + VerbsOps (see provider.hpp).
 #include "providers/mlx5/provider.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <vector>
 
 #include "core/cuda_shim.hpp"
 #include "core/doorbell.hpp"
@@ -70,7 +73,9 @@ class Qp final : public QueuePair {
   Qp(std::shared_ptr<PdRes> pd, const QpConfig& cfg) : pd_(std::move(pd)), s_(pd_->s), cfg_(cfg) {
     log_n_ = log2u(cfg.sq_depth);
     lay_ = host::RingLayout(cfg.sq_depth, false);
-    if (cfg.posters == Posters::Gpu) {
+    rings_gpu_ = cfg.rings == RingPlacement::Gpu;
+    if (rings_gpu_) cfg_.posters = Posters::Gpu;  // only kernels reach rings in GPU memory
+    if (cfg_.posters == Posters::Gpu) {
       if (!cuda::available())
         throw Error(ErrorCode::NotSupported, s_->name() + ": create_qp: posters == Gpu needs a GPU");
       state_ = static_cast<dev::SqState*>(cuda::alloc_device(sizeof(dev::SqState)));
@@ -80,14 +85,16 @@ class Qp final : public QueuePair {
     }
     try {
       decide_doorbell();
-      block_ = static_cast<uint8_t*>(cuda::alloc_pinned(lay_.bytes));
+      refuse_cpu_doorbell_on_gpu_rings();
+      block_ = static_cast<uint8_t*>(rings_gpu_ ? cuda::alloc_device(lay_.bytes) : cuda::alloc_pinned(lay_.bytes));
       init_rings();
       std::lock_guard<std::mutex> g(s_->mu);
       Devx& dx = s_->devx;
-      umem_ = dx.register_umem(block_, lay_.bytes, kLocalWrite);
+      umem_ = rings_gpu_ ? register_gpu_umem(dx) : dx.register_umem(block_, lay_.bytes, kLocalWrite);
       // BlueFlame: a BF-type page, whose register is the write-combining window; else non-cached.
       uar_ = dx.alloc_uar(db_mode_ == dev::DoorbellMode::BlueFlame ? kUarAllocBf : kUarAllocNc);
       map_uar_for_gpu();
+      refuse_cpu_doorbell_on_gpu_rings();  // a failed UAR mapping may have chosen it
       c::CreateCq cq;
       cq.log_cq_size = static_cast<uint8_t>(log_n_);
       cq.uar_page = uar_.page_id;
@@ -216,7 +223,7 @@ class Qp final : public QueuePair {
     h.qpn_be8 = kinet::detail::bswap32_constexpr(qp_.id() << 8);
     h.max_msg = cfg_.max_msg;
     h.signal_period = cfg_.signal_period;
-    h.rings_in_gpu_memory = 0;
+    h.rings_in_gpu_memory = rings_gpu_ ? 1 : 0;
     h.db_mode = db_mode_;
     return h;
   }
@@ -233,6 +240,7 @@ class Qp final : public QueuePair {
   uint8_t* block_ = nullptr;
   dev::SqState* state_ = nullptr;
   bool state_on_gpu_ = false;
+  bool rings_gpu_ = false;  // block_ is GPU memory (RingPlacement::Gpu)
   Devx::Umem umem_;
   Devx::Uar uar_;
   void* uar_gpu_ = nullptr;  // the UAR register as kernels address it (map_uar_for_gpu), or null
@@ -266,6 +274,47 @@ class Qp final : public QueuePair {
     uar_gpu_ = cuda::map_io_memory(uar_.reg_addr, 64, &why);
     if (!uar_gpu_) decide_doorbell(why);
   }
+  // The CPU doorbell thread reads the doorbell record with plain loads: not
+  // one in GPU memory.
+  void refuse_cpu_doorbell_on_gpu_rings() const {
+    if (rings_gpu_ && db_mode_ == dev::DoorbellMode::CpuAssisted)
+      throw Error(ErrorCode::NotSupported,
+                  s_->name() + ": create_qp: rings in GPU memory need a doorbell the GPU rings itself (uar or bf): "
+                               "the CPU-assisted doorbell's thread can't watch a doorbell record in GPU memory (" +
+                      (s_->be.uar_gpu_mappable ? std::string("CPU-assisted was asked for")
+                                               : "the UAR can't be mapped into the GPU: " + s_->be.uar_gpu_why) +
+                      "); use RingPlacement::Host");
+  }
+  // The rings' UMEM over GPU memory: its dma-buf when the CUDA driver exports
+  // one and rdma-core takes it, else the plain registration, which reaches
+  // GPU memory through nvidia-peermem. A failure names both attempts.
+  Devx::Umem register_gpu_umem(Devx& dx) {
+    std::string why;
+    if (dx.has_umem_dmabuf()) {
+      uint64_t offset = 0;
+      const int fd = cuda::dmabuf_fd(block_, lay_.bytes, &offset, &why);
+      if (fd >= 0) {
+        try {
+          Devx::Umem u = dx.register_umem_dmabuf(fd, offset, lay_.bytes, kLocalWrite);
+          ::close(fd);
+          return u;
+        } catch (const Error& e) {
+          ::close(fd);
+          why = e.what();
+        }
+      }
+    } else {
+      why = "rdma-core has no mlx5dv_devx_umem_reg_ex";
+    }
+    KINET_LOG(Debug, "%s: rings in GPU memory: no dma-buf UMEM (%s); registering through nvidia-peermem",
+              s_->name().c_str(), why.c_str());
+    try {
+      return dx.register_umem(block_, lay_.bytes, kLocalWrite);
+    } catch (const Error& e) {
+      throw Error(e.code(), std::string(e.what()) + "; rings in GPU memory need a dma-buf UMEM (" + why +
+                                ") or nvidia-peermem (modprobe nvidia_peermem)");
+    }
+  }
   void watch() {
     if (db_mode_ == dev::DoorbellMode::CpuAssisted)
       watch_id_ = s_->cpu_db.add(reinterpret_cast<uint32_t*>(block_ + lay_.qp_dbr), static_cast<uint64_t*>(uar_.reg_addr),
@@ -278,7 +327,13 @@ class Qp final : public QueuePair {
   // RESET contents: records and posting state zero, every CQE invalid with
   // owner 1 so the first lap (owner 0) is recognised.
   void init_rings() {
-    host::clear_rings(block_, lay_, cfg_.sq_depth);
+    if (rings_gpu_) {  // written as one image: the CPU can't store into GPU memory
+      std::vector<uint8_t> img(lay_.bytes);
+      host::clear_rings(img.data(), lay_, cfg_.sq_depth);
+      cuda::copy(block_, img.data(), img.size());
+    } else {
+      host::clear_rings(block_, lay_, cfg_.sq_depth);
+    }
     const dev::SqState zero{};
     if (state_on_gpu_) cuda::copy(state_, &zero, sizeof zero);
     else std::memcpy(state_, &zero, sizeof zero);
@@ -294,7 +349,8 @@ class Qp final : public QueuePair {
       uar_.reset();
       umem_.reset();
     }
-    cuda::free_pinned(block_);
+    if (rings_gpu_) cuda::free_device(block_);
+    else cuda::free_pinned(block_);
     block_ = nullptr;
     if (state_on_gpu_) cuda::free_device(state_);
     else cuda::free_pinned(state_);
@@ -312,9 +368,9 @@ class Pd final : public ProtectionDomain {
     Shared& s = *pd_->s;
     s.check_open(s.name(), "create_qp");
     const QpConfig cfg = kinet::detail::checked_qp_config(s.name(), in, s.attr.max_qp_wr, s.attr.max_msg);
-    if (cfg.rings == RingPlacement::Gpu)
-      throw Error(ErrorCode::NotSupported, s.name() + ": create_qp: rings in GPU memory (UMEM over GPU memory) are "
-                                                      "not implemented by the mlx5 provider yet; use RingPlacement::Host");
+    if (cfg.rings == RingPlacement::Gpu && !s.be.gpu_rings)
+      throw Error(ErrorCode::NotSupported,
+                  s.name() + ": create_qp: rings in GPU memory: " + s.be.gpu_rings_why + "; use RingPlacement::Host");
     return std::make_unique<Qp>(pd_, cfg);
   }
 

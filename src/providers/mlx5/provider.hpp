@@ -7,8 +7,13 @@
 // What it does with them: reads QUERY_HCA_CAP (max_qp_wr = 2^log_max_qp_sz,
 // at most 2^15; max_msg = 2^log_max_msg, at most 2^30) and the port; per QP
 // puts the send ring, CQ and both doorbell records in one block of pinned host
-// memory registered as one UMEM (RingPlacement::Host; Gpu is NotSupported
-// yet), allocates a UAR whose doorbell register becomes dev::QpHandle::db,
+// memory registered as one UMEM (RingPlacement::Host), or with
+// RingPlacement::Gpu in GPU memory (on hardware only: Backend::gpu_rings) as a
+// UMEM over its dma-buf (mlx5dv_devx_umem_reg_ex) when the CUDA driver exports
+// one and rdma-core takes it, else the plain registration (nvidia-peermem);
+// GPU rings need a doorbell the GPU rings itself (Uar or BlueFlame: the
+// CPU-assisted thread can't watch a record in GPU memory). Untested on
+// hardware so far (no ConnectX+GPU machine yet). It allocates a UAR whose doorbell register becomes dev::QpHandle::db,
 // creates the CQ then the QP with the builders, and moves RST->INIT->RTR->RTS
 // with them (RoCE v2: the peer's GID from QpInfo; InfiniBand: its LID). The
 // handle is the one the device verbs take on every provider.
@@ -47,6 +52,10 @@ struct Backend {
   bool uar_gpu_mappable = false;
   std::string uar_gpu_why = "this backend's UAR can't be mapped into the GPU";
   bool uar_is_io_memory = false;
+  // Whether the NIC reads rings from GPU memory (RingPlacement::Gpu: a UMEM
+  // over GPU memory); false: gpu_rings_why says why create_qp refuses them.
+  bool gpu_rings = false;
+  std::string gpu_rings_why = "this backend reads rings from host memory only";
 };
 
 // Takes ownership of b.ctx: it is closed (verbs->close) once the Device and

@@ -76,6 +76,7 @@ bool load_rdma_core(const std::string& verbs_file, const std::string& mlx5_file,
   if (!ok) return false;
   std::string ignored;
   if (!sym(v, vf, "ibv_reg_dmabuf_mr", &l.reg_dmabuf_mr, &ignored)) l.reg_dmabuf_mr = nullptr;
+  if (!sym(m, mf, "mlx5dv_devx_umem_reg_ex", &l.umem_reg_ex, &ignored)) l.umem_reg_ex = nullptr;
   return true;
 }
 

@@ -42,6 +42,8 @@ struct RdmaCoreLib {
   int (*umem_dereg)(mlx5dv_devx_umem* umem);
   mlx5dv_devx_uar* (*alloc_uar)(ibv_context* ctx, uint32_t flags);
   void (*free_uar)(mlx5dv_devx_uar* uar);
+  // Optional (rdma-core 35+; dma-buf UMEMs need the kernel's support too): null when the library lacks it.
+  mlx5dv_devx_umem* (*umem_reg_ex)(ibv_context* ctx, mlx5dv_devx_umem_in* in);
 
   // ibv_query_port as verbs.h's inline does it (the extended op when the
   // provider has one, else the exported compat call).

@@ -155,6 +155,8 @@ std::unique_ptr<Device> open_rdma_core_device(std::string_view name) {
   Backend b{d.ctx, d.name, &rdma_core_ops(), &kVerbs};
   b.uar_gpu_mappable = true;  // tried per QP (cuda::map_io_memory); a failure falls back or throws there
   b.uar_is_io_memory = true;
+  b.gpu_rings = true;  // UMEM over GPU memory: dma-buf or nvidia-peermem, tried per QP
+  b.gpu_rings_why.clear();
   return open_device(b);
 }
 }  // namespace kinet::mlx5
