@@ -52,7 +52,9 @@ TEST(Env, TableNamesEveryKnownVariableOnceWithItsReader) {
   for (const auto& v : kinet::env::variables()) {
     EXPECT_TRUE(names.insert(v.name).second) << v.name << " listed twice";
     // DOCA_SDK_LIB_PATH keeps the name DOCA's own GPUNetIO reads, so one setting serves both.
-    if (std::strcmp(v.name, "DOCA_SDK_LIB_PATH") != 0) EXPECT_EQ(std::strncmp(v.name, "KINET_", 6), 0) << v.name;
+    if (std::strcmp(v.name, "DOCA_SDK_LIB_PATH") != 0) {
+      EXPECT_EQ(std::strncmp(v.name, "KINET_", 6), 0) << v.name;
+    }
     EXPECT_GT(std::strlen(v.meaning), 10u) << v.name;
     EXPECT_GT(std::strlen(v.reader), 0u) << v.name;
     if (v.test_only) test_only.insert(v.name);
