@@ -3,10 +3,13 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "core/cuda_shim.hpp"
 #include "core/log.hpp"
 
 namespace kinet::nccl {
@@ -86,6 +89,17 @@ bool live_is(const void* p, Kind k) {
   std::shared_lock lk(l.mu);
   auto it = l.objs.find(p);
   return it != l.objs.end() && it->second == k;
+}
+
+bool net_takes_cuda() {
+  static const bool on = [] {
+    const char* e = std::getenv("KINET_NCCL_NET_CUDA");
+    if (!e || std::strcmp(e, "1") != 0) return false;
+    if (cuda::available()) return true;
+    warn("KINET_NCCL_NET_CUDA=1 but CUDA sees no GPU: the net takes host memory only");
+    return false;
+  }();
+  return on;
 }
 
 }  // namespace kinet::nccl

@@ -30,6 +30,9 @@ Result guarded(const char* what, F&& body) noexcept;
 // The transport of one communicator (TransportOptions::provider empty:
 // KINET_TRANSPORT decides). Throws what Transport::open throws.
 std::unique_ptr<Transport> open_transport(const std::string& name);
+// Whether the net half takes CUDA memory (NCCL_PTR_CUDA): KINET_NCCL_NET_CUDA=1
+// and a GPU CUDA sees.
+bool net_takes_cuda();
 
 Result result_of(const Error& e);
 

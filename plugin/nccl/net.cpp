@@ -8,8 +8,12 @@
 // never block and are two-sided, so over put/signal each receive would need a
 // clear-to-send carrying a freshly imported key per buffer; a stream does
 // the matching for free, and the data path NCCL wants kinet for is GIN's.
-// Host memory only (ptrSupport HOST): NCCL stages GPU data through host
-// buffers, as it does for its own socket transport.
+// Host memory by default (ptrSupport HOST): NCCL stages GPU data through host
+// buffers, as it does for its own socket transport. KINET_NCCL_NET_CUDA=1
+// adds NCCL_PTR_CUDA: GPU buffers are registered, and a send copies its GPU
+// data into a host buffer of the request (kinet's bounded CUDA copy) before
+// it streams; a receive lands in such a buffer and is copied to the GPU
+// before test() reports it done (so iflush has nothing left to do).
 //
 // Handle: magic, the listener's address (bootstrap WireAddr) and a 16-byte
 // secret; accept() takes only a connection that presents the secret.
@@ -22,8 +26,10 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <vector>
 
 #include "bootstrap/socket.hpp"
+#include "core/cuda_shim.hpp"
 #include "gin.hpp"
 #include "kinet/bootstrap.hpp"
 
@@ -55,7 +61,13 @@ struct FrameHead {
 };
 static_assert(sizeof(FrameHead) == 16);
 
-struct NetMr {};  // host memory needs no registration; the handle only proves regMr was called
+// Host memory needs no registration: the handle proves regMr was called and
+// says where the memory is.
+struct NetMr {
+  bool gpu = false;
+  const char* base = nullptr;
+  size_t size = 0;
+};
 
 struct NetComm;
 struct NetReq {
@@ -67,6 +79,8 @@ struct NetReq {
   int tag = 0;
   FrameHead head{};    // send: what goes first; recv: what arrived
   uint64_t moved = 0;  // bytes of head + payload moved so far
+  char* gpu_dst = nullptr;    // recv into GPU memory: `data` is the staging buffer, copied here when done
+  std::vector<char> staged;   // host copy of GPU data (send: the payload; recv: what arrived)
 };
 
 struct NetComm {
@@ -144,6 +158,14 @@ struct NetComm {
         return false;
       }
       r.moved += static_cast<uint64_t>(n);
+    }
+    if (r.gpu_dst && r.head.bytes) {
+      try {
+        cuda::copy(r.gpu_dst, r.data, r.head.bytes);
+      } catch (const std::exception& e) {
+        error = "copying " + std::to_string(r.head.bytes) + " received bytes to GPU memory: " + e.what();
+        return false;
+      }
     }
     r.done = true;
     return true;
@@ -277,6 +299,12 @@ Result net_accept(void* listen_comm, void** recv_comm, DeviceHandle**) {
   });
 }
 
+// Whether [p, +n) lies inside what m registered.
+bool mr_holds(const NetMr& m, const void* p, size_t n) {
+  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(m.base);
+  return a >= b && a - b <= m.size && n <= m.size - (a - b);
+}
+
 NetComm* any_comm(void* c) {
   if (auto* n = live<NetComm>(c, Kind::NetSend)) return n;
   return live<NetComm>(c, Kind::NetRecv);
@@ -285,11 +313,17 @@ NetComm* any_comm(void* c) {
 Result net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
   if (!any_comm(comm)) return fail(kInvalidArgument, "net regMr: not a kinet net comm");
   if (!mhandle) return fail(kInvalidArgument, "net regMr: mhandle is NULL");
-  if (type != kPtrHost)
+  if (type != kPtrHost && !(type == kPtrCuda && net_takes_cuda()))
     return fail(kInvalidArgument, "net regMr: memory type " + std::to_string(type) +
-                                      ": the kinet net takes host memory only (ptrSupport NCCL_PTR_HOST)");
+                                      (type == kPtrCuda ? ": CUDA memory needs KINET_NCCL_NET_CUDA=1 and a GPU"
+                                                        : ": the kinet net takes host (1) or CUDA (2) memory"));
   if (!data && size > 0) return fail(kInvalidArgument, "net regMr: NULL data of " + std::to_string(size) + " bytes");
+  if (type == kPtrCuda && size > 0 && cuda::pointer_kind(data) != MemoryKind::Gpu)
+    return fail(kInvalidArgument, "net regMr: CUDA memory type for a pointer CUDA does not know as device memory");
   auto* m = new NetMr;
+  m->gpu = type == kPtrCuda;
+  m->base = static_cast<const char*>(data);
+  m->size = size;
   live_add(m, Kind::NetMr);
   *mhandle = m;
   return kSuccess;
@@ -314,13 +348,27 @@ Result net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandl
   if (!request) return fail(kInvalidArgument, "net isend: request is NULL");
   *request = nullptr;
   if (!c->error.empty()) return fail(kRemoteError, "net isend to " + c->peer + ": " + c->error);
-  if (size > 0 && (!data || !live<NetMr>(mhandle, Kind::NetMr)))
+  const NetMr* mr = live<NetMr>(mhandle, Kind::NetMr);
+  if (size > 0 && (!data || !mr))
     return fail(kInvalidArgument, "net isend to " + c->peer + ": NULL data or not a kinet memory handle");
+  if (size > 0 && !mr_holds(*mr, data, size))
+    return fail(kInvalidArgument, "net isend to " + c->peer + ": " + std::to_string(size) +
+                                      " bytes are not inside the registered memory");
   if (c->q.size() >= static_cast<size_t>(kMaxRequests)) return kSuccess;  // NULL request: NCCL retries
   auto r = std::make_unique<NetReq>();
   r->comm = c;
   r->send = true;
   r->data = static_cast<char*>(data);
+  if (size > 0 && mr->gpu) {
+    r->staged.resize(size);
+    try {
+      cuda::copy(r->staged.data(), data, size);
+    } catch (const std::exception& e) {
+      return fail(kSystemError, "net isend to " + c->peer + ": copying " + std::to_string(size) +
+                                    " bytes from GPU memory: " + e.what());
+    }
+    r->data = r->staged.data();
+  }
   r->size = size;
   r->tag = tag;
   r->head = FrameHead{tag, 0, size};
@@ -341,12 +389,21 @@ Result net_irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, 
   if (!data || !sizes || !tags || !mhandles)
     return fail(kInvalidArgument, "net irecv from " + c->peer + ": NULL data, sizes, tags or mhandles");
   if (!c->error.empty()) return fail(kRemoteError, "net irecv from " + c->peer + ": " + c->error);
-  if (sizes[0] > 0 && (!data[0] || !live<NetMr>(mhandles[0], Kind::NetMr)))
+  const NetMr* mr = live<NetMr>(mhandles[0], Kind::NetMr);
+  if (sizes[0] > 0 && (!data[0] || !mr))
     return fail(kInvalidArgument, "net irecv from " + c->peer + ": NULL data or not a kinet memory handle");
+  if (sizes[0] > 0 && !mr_holds(*mr, data[0], sizes[0]))
+    return fail(kInvalidArgument, "net irecv from " + c->peer + ": " + std::to_string(sizes[0]) +
+                                      " bytes are not inside the registered memory");
   if (c->q.size() >= static_cast<size_t>(kMaxRequests)) return kSuccess;
   auto r = std::make_unique<NetReq>();
   r->comm = c;
   r->data = static_cast<char*>(data[0]);
+  if (sizes[0] > 0 && mr->gpu) {
+    r->staged.resize(sizes[0]);
+    r->gpu_dst = r->data;
+    r->data = r->staged.data();
+  }
   r->size = sizes[0];
   r->tag = tags[0];
   live_add(r.get(), Kind::NetReq);

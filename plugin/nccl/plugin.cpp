@@ -13,7 +13,7 @@ void fill_properties(Properties* p, DeviceType type) {
   p->name = name;
   p->pci_path = nullptr;           // not a PCI device: NCCL attaches it to the first CPU
   p->guid = 0x6b696e6574ull;       // "kinet"
-  p->ptr_support = type == kDeviceHost ? kPtrHost : (kPtrHost | kPtrCuda);
+  p->ptr_support = type == kDeviceHost ? (net_takes_cuda() ? kPtrHost | kPtrCuda : kPtrHost) : (kPtrHost | kPtrCuda);
   p->reg_is_global = 0;
   p->force_flush = 0;
   p->speed = 100000;               // Mbps; a nominal figure for NCCL's topology search

@@ -97,6 +97,10 @@ constexpr Variable kVariables[] = {
      "threads beyond the list are not pinned. ProxyConfig::cpus overrides it. Not a list of numbers: the Proxy "
      "constructor throws InvalidArgument",
      "proxy", false},
+    {"KINET_NCCL_NET_CUDA", "0",
+     "1 = the NCCL plugin's net half takes CUDA memory (NCCL_PTR_CUDA), staged through host buffers with kinet's "
+     "bounded CUDA copies; otherwise host memory only and NCCL stages GPU data itself",
+     "nccl plugin", false},
     {"KINET_COMM_PATH", "auto",
      "path a kinet::Comm gives its peers when CommConfig::path is empty: auto (p2p through CUDA IPC where the "
      "peer's GPU memory can be mapped, else gdaki where both ranks opened a hardware NIC or CommConfig::device "

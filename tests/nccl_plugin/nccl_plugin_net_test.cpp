@@ -202,8 +202,9 @@ TEST_F(Net, MisuseIsRejectedWithItsReason) {
   pair(&s, &r);
   uint8_t buf[64];
   void* mh = nullptr;
+  // CUDA memory only when KINET_NCCL_NET_CUDA=1 and a GPU is there (neither here).
   EXPECT_EQ(net().reg_mr(s, buf, sizeof buf, kPtrCuda, &mh), kInvalidArgument);
-  EXPECT_TRUE(Log::warned("host memory only")) << Log::all();
+  EXPECT_TRUE(Log::warned("CUDA memory needs KINET_NCCL_NET_CUDA=1 and a GPU")) << Log::all();
   EXPECT_EQ(net().reg_mr(s, buf, sizeof buf, 0, &mh), kInvalidArgument);
   int not_a_comm = 0;
   EXPECT_EQ(net().reg_mr(&not_a_comm, buf, sizeof buf, kPtrHost, &mh), kInvalidArgument);
@@ -220,6 +221,17 @@ TEST_F(Net, MisuseIsRejectedWithItsReason) {
   void* bad_mh = &not_a_comm;
   EXPECT_EQ(net().irecv(r, 1, d, sz, tags, &bad_mh, nullptr, &req), kInvalidArgument);
   EXPECT_TRUE(Log::warned("not a kinet memory handle"));
+  // Buffers outside the registered memory, by one byte at either end.
+  EXPECT_EQ(net().irecv(r, 1, d, sz, tags, mhs, nullptr, &req), kSuccess);  // inside: posted
+  void* past[1] = {buf + sizeof buf - 7};
+  EXPECT_EQ(net().irecv(r, 1, past, sz, tags, mhs, nullptr, &req), kInvalidArgument);
+  EXPECT_TRUE(Log::warned("8 bytes are not inside the registered memory")) << Log::all();
+  void* before[1] = {buf - 1};
+  EXPECT_EQ(net().irecv(r, 1, before, sz, tags, mhs, nullptr, &req), kInvalidArgument);
+  void* smh = nullptr;
+  ASSERT_EQ(net().reg_mr(s, buf, 16, kPtrHost, &smh), kSuccess);
+  EXPECT_EQ(net().isend(s, buf + 9, 8, 1, smh, nullptr, &req), kInvalidArgument);
+  EXPECT_EQ(net().dereg_mr(s, smh), kSuccess);
   int done;
   EXPECT_EQ(net().test(&not_a_comm, &done, nullptr), kInvalidArgument);
   char handle[kHandleMaxSize] = {};
