@@ -15,7 +15,7 @@
 # 3.31 would otherwise batch them too), sources with their own compile options
 # (CMake leaves them out, e.g. kinet_cli_sources), targets outside this source
 # tree (GoogleTest built from source).
-set(KINET_UNITY_BATCH_SIZE 16 CACHE STRING "Sources per unity batch with KINET_UNITY_BUILD (0: one batch per target)")
+set(KINET_UNITY_BATCH_SIZE 8 CACHE STRING "Sources per unity batch with KINET_UNITY_BUILD (0: one batch per target)")
 
 # kinet_unity_build(DIR): applies it to the targets of DIR and its subdirectories.
 function(kinet_unity_build dir)
