@@ -14,6 +14,7 @@
 
 #include "core/dl_util.hpp"
 #include "core/log.hpp"
+#include "core/text.hpp"
 
 #if KINET_HAVE_CUDA_HEADERS
 #include <cuda.h>
@@ -246,11 +247,7 @@ Where where(const void* p, int* dev) {
   return at.type == cudaMemoryTypeHost ? Where::Pinned : Where::Pageable;
 }
 
-std::string hexp(const void* p) {
-  char b[24];
-  std::snprintf(b, sizeof b, "%p", p);
-  return b;
-}
+using text::hexp;
 #endif
 }  // namespace
 

@@ -9,15 +9,12 @@
 
 #include "core/cuda_shim.hpp"
 #include "core/log.hpp"
+#include "core/text.hpp"
 #include "kinet/kinet.hpp"
 
 namespace kinet::gdr {
 namespace {
-std::string hexp(const void* p) {
-  char b[24];
-  std::snprintf(b, sizeof b, "%p", p);
-  return b;
-}
+using text::hexp;
 }  // namespace
 
 Library::~Library() {

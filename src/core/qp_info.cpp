@@ -2,26 +2,19 @@
 #include <cstring>
 #include <string>
 
+#include "core/blob.hpp"
+#include "core/text.hpp"
 #include "kinet/kinet.hpp"
 
 namespace kinet {
 namespace {
 [[noreturn]] void bad(const std::string& why) { throw Error(ErrorCode::InvalidArgument, "QP info: " + why); }
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using text::hex;
 
 // Header offsets (host byte order, as the 64-byte blob of version 1 always was).
 constexpr size_t kOffEndpointLen = 44;  // u16; the first reserved word's low half
-void put(std::vector<uint8_t>& b, size_t off, const void* v, size_t n) { std::memcpy(b.data() + off, v, n); }
-template <class T>
-T get(const uint8_t* p, size_t off) {
-  T v;
-  std::memcpy(&v, p + off, sizeof v);
-  return v;
-}
+using blob::get;
+using blob::put;
 }  // namespace
 
 std::vector<uint8_t> QpInfo::serialize() const {

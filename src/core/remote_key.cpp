@@ -3,26 +3,16 @@
 #include <cstring>
 #include <string>
 
+#include "core/blob.hpp"
+#include "core/text.hpp"
 #include "kinet/kinet.hpp"
 
 namespace kinet {
 namespace {
-[[noreturn]] void bad(const std::string& why) { throw Error(ErrorCode::InvalidArgument, "remote key: " + why); }
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-template <class T>
-T get(const uint8_t* p, size_t off) {
-  T v;
-  std::memcpy(&v, p + off, sizeof v);
-  return v;
-}
-template <class T>
-void put(std::vector<uint8_t>& b, size_t off, T v) {
-  std::memcpy(b.data() + off, &v, sizeof v);
-}
+[[noreturn]] void bad_key(const std::string& why) { throw Error(ErrorCode::InvalidArgument, "remote key: " + why); }
+using text::hex;
+using blob::get;
+using blob::put;
 constexpr size_t kOffPackedLen = 40;
 }  // namespace
 
@@ -53,33 +43,33 @@ std::vector<uint8_t> RemoteKey::serialize() const {
 }
 
 void RemoteKey::validate() const {
-  if (version != 1) bad("version " + std::to_string(version) + " is not supported (expected 1)");
+  if (version != 1) bad_key("version " + std::to_string(version) + " is not supported (expected 1)");
   if (provider != kEmu && provider != kMlx5 && provider != kTransport)
-    bad("unknown provider " + std::to_string(provider) + " (1 = emu, 2 = mlx5, 3 = transport)");
-  if (length == 0) bad("length is 0 (a region has at least one byte)");
+    bad_key("unknown provider " + std::to_string(provider) + " (1 = emu, 2 = mlx5, 3 = transport)");
+  if (length == 0) bad_key("length is 0 (a region has at least one byte)");
   if (addr + length < addr)
-    bad("region [" + hex(addr) + ", +" + hex(length) + ") wraps past the end of the address space");
-  if (access & ~uint32_t(kAccessAll)) bad("unknown access bits " + hex(access & ~uint32_t(kAccessAll)));
+    bad_key("region [" + hex(addr) + ", +" + hex(length) + ") wraps past the end of the address space");
+  if (access & ~uint32_t(kAccessAll)) bad_key("unknown access bits " + hex(access & ~uint32_t(kAccessAll)));
   if (packed.size() > kMaxPacked)
-    bad("packed key of " + std::to_string(packed.size()) + " bytes is longer than " + std::to_string(kMaxPacked));
+    bad_key("packed key of " + std::to_string(packed.size()) + " bytes is longer than " + std::to_string(kMaxPacked));
 }
 
 RemoteKey RemoteKey::deserialize(const void* data, size_t len) {
-  if (!data) bad("blob is a null pointer");
+  if (!data) bad_key("blob is a null pointer");
   if (len < kHeaderBytes)
-    bad("blob has " + std::to_string(len) + " bytes, shorter than its " + std::to_string(kHeaderBytes) +
+    bad_key("blob has " + std::to_string(len) + " bytes, shorter than its " + std::to_string(kHeaderBytes) +
         "-byte header");
   const uint8_t* p = static_cast<const uint8_t*>(data);
   if (const uint32_t m = get<uint32_t>(p, 0); m != kMagic)
-    bad("bad magic " + hex(m) + ", expected " + hex(kMagic) + " (not a kinet remote key blob)");
+    bad_key("bad magic " + hex(m) + ", expected " + hex(kMagic) + " (not a kinet remote key blob)");
   if (const uint16_t v = get<uint16_t>(p, 4); v != 1)
-    bad("version " + std::to_string(v) + " is not supported (expected 1)");
+    bad_key("version " + std::to_string(v) + " is not supported (expected 1)");
   const uint16_t n = get<uint16_t>(p, kOffPackedLen);
   if (len != kHeaderBytes + n)
-    bad("blob has " + std::to_string(len) + " bytes, expected " + std::to_string(kHeaderBytes + n) + " (" +
+    bad_key("blob has " + std::to_string(len) + " bytes, expected " + std::to_string(kHeaderBytes + n) + " (" +
         std::to_string(kHeaderBytes) + "-byte header + a " + std::to_string(n) + "-byte packed key)");
   for (size_t i = kOffPackedLen + 2; i < kHeaderBytes; ++i)
-    if (p[i] != 0) bad("reserved byte " + std::to_string(i) + " is " + hex(p[i]) + ", must be 0");
+    if (p[i] != 0) bad_key("reserved byte " + std::to_string(i) + " is " + hex(p[i]) + ", must be 0");
   RemoteKey k;
   k.version = get<uint16_t>(p, 4);
   k.provider = get<uint16_t>(p, 6);

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/text.hpp"
+
 namespace kinet::fabric {
 namespace {
 
@@ -45,11 +47,7 @@ uint64_t ld64(const uint8_t* p) {
   return v;
 }
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using text::hex;
 std::string num(uint64_t v) { return std::to_string(v); }
 
 bool fail(std::string* why, std::string msg) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/log.hpp"
+#include "core/text.hpp"
 
 namespace kinet::proxy_detail {
 namespace {
@@ -27,11 +28,7 @@ const char* op_name(uint8_t op) {
   return "unknown operation";
 }
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
+using text::hex;
 }  // namespace
 
 void Thread::add(ProxyChannel* c) {

@@ -6,6 +6,7 @@
 
 #include "core/cuda_shim.hpp"
 #include "core/log.hpp"
+#include "core/text.hpp"
 #include "providers/emu/safe_copy.hpp"
 #include "transports/msg_engine.hpp"
 #include "transports/msg_registry.hpp"
@@ -65,11 +66,7 @@ uint32_t needed_access(MsgType t) {
   }
 }
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using text::hex;
 }  // namespace
 
 std::unique_ptr<TransportRegion> MsgTransport::register_memory(void* addr, size_t bytes, uint32_t access,

@@ -10,16 +10,13 @@
 namespace kinet::test::edge {
 namespace {
 
-constexpr size_t kLen = 4093;  // odd: the region's end is not 8-byte aligned
-constexpr uint32_t kN = 100;
-
 // put_signal's data WQE is its first; when it faults, the signal's atomic is
 // flushed and the ticket (which ends at the atomic) must report the data
 // WQE's status. Those cases are expected to pass after test()/wait() report
 // the failing chunk's own status (verbs); today they report WrFlushed.
 
 // A data operation (write, read, put_signal) with its local buffer at L + loff.
-OpCase data_case(Rig& r, Op op, const Guarded& L, int64_t loff, uint32_t n, uint32_t lflip = 0) {
+OpCase local_case(Rig& r, Op op, const Guarded& L, int64_t loff, uint32_t n, uint32_t lflip = 0) {
   return data_op(r, op, At{&L, loff, lflip}, std::nullopt, n);
 }
 
@@ -29,7 +26,7 @@ OpCase result_case(Rig& r, Op op, const Guarded& Res, int64_t off, uint32_t lfli
   return atomic_op(r, op, At{&Res, off, lflip}, std::nullopt);
 }
 
-const Op kDataOps[] = {Op::Write, Op::Read, Op::PutSignal};
+const Op kLocalDataOps[] = {Op::Write, Op::Read, Op::PutSignal};
 
 class LocalRange : public ::testing::TestWithParam<std::tuple<Op, Edge>> {};
 
@@ -39,7 +36,7 @@ TEST_P(LocalRange, ExactEdge) {
   Rig r;
   const Guarded& L = r.a(kLen);
   const EdgeRange e = edge_range(edge, kLen, kN);
-  OpCase c = data_case(r, op, L, e.off, e.n);
+  OpCase c = local_case(r, op, L, e.off, e.n);
   if (op == Op::PutSignal && e.n == 0) c.want.byte_count = 8;  // the CQE is the atomic's
   if (!e.inside) c.fail(Status::LocalProtection, 0, {L.addr() + e.off, L.key()});
   r.run(rng, c.post, c.effect, c.want);
@@ -48,11 +45,11 @@ TEST_P(LocalRange, ExactEdge) {
 // PutSignal_OnePastEnd / _OneBeforeStart: expected to pass after test()/wait() report the failing chunk's own status
 // (verbs).
 INSTANTIATE_TEST_SUITE_P(Edge, LocalRange,
-                         ::testing::Combine(::testing::ValuesIn(kDataOps), ::testing::ValuesIn(kEdges)), op_edge_name);
+                         ::testing::Combine(::testing::ValuesIn(kLocalDataOps), ::testing::ValuesIn(kEdges)),
+                         op_edge_name);
 
 // ---- an atomic's result buffer: fetch-add, compare-swap, put_signal's scratch
 
-const Op kAtomicOps[] = {Op::FetchAdd, Op::CompareSwap, Op::PutSignal};
 class LocalResult : public ::testing::TestWithParam<Op> {};
 
 TEST_P(LocalResult, InTheLastEightBytes) {
@@ -144,7 +141,7 @@ TEST_P(LocalKey, WrongTagOnAValidIndex) {
     KINET_TEST_RNG(rng);
     Rig r;
     const Guarded& L = r.a(4096);
-    OpCase c = data_case(r, GetParam(), L, 64, kN, flip);
+    OpCase c = local_case(r, GetParam(), L, 64, kN, flip);
     c.fail(Status::LocalProtection, 0, {L.key() ^ flip});
     r.run(rng, c.post, c.effect, c.want);
   }
@@ -154,7 +151,7 @@ TEST_P(LocalKey, RegionOfAnotherProtectionDomain) {
   KINET_TEST_RNG(rng);
   Rig r;
   const Guarded& L = r.a(4096, kAccessAll, kGuard, &r.new_pd_a());
-  OpCase c = data_case(r, GetParam(), L, 64, kN);
+  OpCase c = local_case(r, GetParam(), L, 64, kN);
   c.fail(Status::LocalProtection, 0, {L.key()});
   r.run(rng, c.post, c.effect, c.want);
 }
@@ -164,7 +161,7 @@ TEST_P(LocalKey, RegionWithNoRights) {
   KINET_TEST_RNG(rng);
   Rig r;
   const Guarded& L = r.a(4096, 0);
-  OpCase c = data_case(r, GetParam(), L, 64, kN);
+  OpCase c = local_case(r, GetParam(), L, 64, kN);
   if (GetParam() == Op::Read) c.fail(Status::LocalProtection, 0, {L.key()});
   r.run(rng, c.post, c.effect, c.want);
 }
@@ -174,7 +171,7 @@ TEST_P(LocalKey, RegionWithoutLocalWrite) {
   KINET_TEST_RNG(rng);
   Rig r;
   const Guarded& L = r.a(4096, kRemoteRead);
-  OpCase c = data_case(r, GetParam(), L, 64, kN);
+  OpCase c = local_case(r, GetParam(), L, 64, kN);
   if (GetParam() == Op::Read) c.fail(Status::LocalProtection, 0, {L.key()});
   r.run(rng, c.post, c.effect, c.want);
 }
@@ -183,12 +180,12 @@ TEST_P(LocalKey, RegionWithOnlyLocalWrite) {
   KINET_TEST_RNG(rng);
   Rig r;
   const Guarded& L = r.a(4096, kLocalWrite);
-  OpCase c = data_case(r, GetParam(), L, 64, kN);
+  OpCase c = local_case(r, GetParam(), L, 64, kN);
   r.run(rng, c.post, c.effect, c.want);
 }
 
 // PutSignal with a bad payload key: expected to pass after test()/wait() report the failing chunk's own status (verbs).
-INSTANTIATE_TEST_SUITE_P(Edge, LocalKey, ::testing::ValuesIn(kDataOps),
+INSTANTIATE_TEST_SUITE_P(Edge, LocalKey, ::testing::ValuesIn(kLocalDataOps),
                          [](const auto& i) { return std::string(op_name(i.param)); });
 
 // ---- max_msg: one WQE of exactly the device's largest message, and one byte more.

@@ -9,9 +9,6 @@
 namespace kinet::test::edge {
 namespace {
 
-constexpr size_t kLen = 4093;  // odd: the region's end is not 8-byte aligned
-constexpr uint32_t kN = 100;
-
 // Operations whose remote side is a byte range, and the length they move at an edge.
 const Op kDataOps[] = {Op::Write, Op::Inline, Op::Read, Op::PutSignal};
 uint32_t edge_len(Op op) { return op == Op::Inline ? 28 : kN; }
@@ -47,7 +44,6 @@ INSTANTIATE_TEST_SUITE_P(Edge, RemoteRange,
 
 // ---- atomics: fetch-add, compare-swap and put_signal's signal word
 
-const Op kAtomicOps[] = {Op::FetchAdd, Op::CompareSwap, Op::PutSignal};
 
 // An atomic on T + toff (put_signal: its signal word; its payload goes to a good place).
 OpCase atomic_case(Rig& r, Op op, const Guarded& T, int64_t toff, uint32_t tflip = 0) {

@@ -147,6 +147,11 @@ enum class Edge { EndsAtLastByte, OnePastEnd, StartsAtFirstByte, OneBeforeStart,
 inline constexpr Edge kEdges[] = {Edge::EndsAtLastByte, Edge::OnePastEnd, Edge::StartsAtFirstByte,
                                   Edge::OneBeforeStart, Edge::ZeroLengthAtEnd};
 const char* edge_name(Edge e);
+// The region of the edge cases (odd: its end is not 8-byte aligned) and the bytes a data operation moves.
+inline constexpr size_t kLen = 4093;
+inline constexpr uint32_t kN = 100;
+// The operations with an 8-byte atomic (put_signal: its signal).
+inline constexpr Op kAtomicOps[] = {Op::FetchAdd, Op::CompareSwap, Op::PutSignal};
 // An n-byte range placed at edge `e` of a len-byte region: its offset from
 // the region's start, its length (ZeroLengthAtEnd: 0), whether it is inside.
 struct EdgeRange {

@@ -12,17 +12,11 @@
 #include <vector>
 
 #include "ctl_test_util.hpp"
+#include "emu_preamble.hpp"
 
 extern char** environ;
 
 namespace {
-
-using kinet::ErrorCode;
-using kinet::QpState;
-using kinet::Status;
-namespace dev = kinet::dev;
-using namespace kinet::test;
-constexpr auto X = dev::Sharing::Exclusive;
 
 TEST(EmuHostileCtl, QpInfoBlobs) {
   auto d = kinet::Device::open("emu");

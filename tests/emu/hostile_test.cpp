@@ -12,15 +12,10 @@
 #include <vector>
 
 #include "ctl_test_util.hpp"
+#include "emu_preamble.hpp"
 
 namespace {
 
-using kinet::ErrorCode;
-using kinet::QpState;
-using kinet::Status;
-namespace dev = kinet::dev;
-using namespace kinet::test;
-constexpr auto X = dev::Sharing::Exclusive;
 constexpr uint32_t kMsg = 4096;  // the devices' max_msg here: split transfers come cheap
 
 kinet::test::PairOptions small_msg() {

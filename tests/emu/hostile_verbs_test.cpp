@@ -9,15 +9,9 @@
 #include <vector>
 
 #include "ctl_test_util.hpp"
+#include "emu_preamble.hpp"
 
 namespace {
-
-using kinet::ErrorCode;
-using kinet::QpState;
-using kinet::Status;
-namespace dev = kinet::dev;
-using namespace kinet::test;
-constexpr auto X = dev::Sharing::Exclusive;
 
 PairOptions short_bound(uint64_t ms = 300) {
   PairOptions o;

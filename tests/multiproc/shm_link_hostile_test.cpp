@@ -21,6 +21,7 @@
 #include "fabric/shm_link.hpp"
 #include "fabric/wire.hpp"
 #include "kinet/kinet.hpp"
+#include "shm_link_util.hpp"
 
 namespace {
 using namespace kinet;
@@ -28,8 +29,8 @@ using namespace kinet::fabric;
 using namespace std::chrono_literals;
 using Bytes = std::vector<uint8_t>;
 
-Clock::time_point in(std::chrono::milliseconds d) { return Clock::now() + d; }
-std::string unique_name(const char* what) {
+using kinet::test::in;
+std::string hostile_name(const char* what) {
   static int n = 0;
   return std::string("hostile-") + what + "-" + std::to_string(getpid()) + "-" + std::to_string(++n);
 }
@@ -120,7 +121,7 @@ void raw_connect(Raw& r, const std::string& name, const Opts& o) {
 
 // The listener refuses `o` with `why`, and still accepts a proper connector afterwards.
 void expect_refused(const Opts& o, const std::string& why) {
-  ShmListener l(unique_name("hs"));
+  ShmListener l(hostile_name("hs"));
   Raw r;
   raw_connect(r, l.name(), o);
   try {
@@ -189,7 +190,7 @@ TEST(ShmLinkHostile, MalformedHandshakesAreRefusedWithTheirReason) {
 // A listener side linked to a raw peer that will scribble on ring 0 (its
 // receive ring) and ring 1's head (its send ring).
 struct Hostile {
-  ShmListener l{unique_name("rings")};
+  ShmListener l{hostile_name("rings")};
   Raw r;
   std::unique_ptr<Link> link;
   Hostile() {
@@ -346,7 +347,7 @@ struct RawListener {
 // Runs shm_connect against a raw listener that answers `answer` (or, when
 // negative, closes without answering); returns the connector's error.
 std::string connect_to_raw(int answer, ErrorCode want) {
-  const std::string name = unique_name("rawl");
+  const std::string name = hostile_name("rawl");
   RawListener rl(name);
   std::string msg = "no error";
   std::thread t([&] {

@@ -24,6 +24,7 @@
 #include "fabric/shm_link.hpp"
 #include "fabric/wire.hpp"
 #include "kinet/kinet.hpp"
+#include "shm_link_util.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -32,7 +33,7 @@ using namespace kinet::fabric;
 using namespace std::chrono_literals;
 using Bytes = std::vector<uint8_t>;
 
-Clock::time_point in(std::chrono::milliseconds d) { return Clock::now() + d; }
+using kinet::test::in;
 
 std::string unique_name(const char* what) {
   static int n = 0;

@@ -15,7 +15,6 @@ namespace {
 using dev::ProxyDesc;
 using dev::Sharing;
 using dev::Ticket;
-constexpr auto X = Sharing::Exclusive;
 
 struct Case {
   const char* name;

@@ -14,6 +14,9 @@
 
 namespace kinet::test {
 
+// The tests post to each channel from one thread.
+inline constexpr dev::Sharing X = dev::Sharing::Exclusive;
+
 inline ProxyConfig rig_proxy_config() {
   ProxyConfig c;
   c.drain_timeout = std::chrono::milliseconds(2000);

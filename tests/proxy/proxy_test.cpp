@@ -16,7 +16,6 @@ namespace kinet::test {
 namespace {
 using dev::Sharing;
 using dev::Ticket;
-constexpr auto X = Sharing::Exclusive;
 
 // The data-path tests run over the fake transport and over "loop" (the
 // message engine in this process).

@@ -12,13 +12,14 @@
 
 #include "core/gdrcopy.hpp"
 #include "kinet/kinet.hpp"
+#include "../doca_stub/stub_dir.hpp"
 
 namespace {
 using kinet::gdr::GpuReader;
 using kinet::gdr::Library;
 using kinet::gdr::Mapping;
 
-const std::string kStubs = KINET_DOCA_STUB_DIR;
+using kinet::test::kStubs;
 
 struct GdrStats {  // tests/doca_stub/gdrapi.c's record
   int open, close, pin, unpin, map, unmap, copy;

@@ -11,9 +11,10 @@
 #include <string>
 
 #include "providers/doca/rdma_core.hpp"
+#include "../doca_stub/stub_dir.hpp"
 
 namespace {
-const std::string kStubs = KINET_DOCA_STUB_DIR;
+using kinet::test::kStubs;
 
 void child(const char* dir, const char* name) {
   if (dir) setenv("DOCA_SDK_LIB_PATH", dir, 1);

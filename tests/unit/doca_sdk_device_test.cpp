@@ -16,13 +16,14 @@
 
 #include "providers/doca/device.hpp"
 #include "stub.h"
+#include "../doca_stub/stub_dir.hpp"
 
 namespace {
 using kinet::ErrorCode;
 using kinet::QpState;
 using kinet::doca::Sdk;
 
-const std::string kStubs = KINET_DOCA_STUB_DIR;
+using kinet::test::kStubs;
 
 // The stand-in library's record of what it was asked (stub.h), zeroed.
 kinet_stub_stats* stats_of(const std::string& dir, const char* lib) {

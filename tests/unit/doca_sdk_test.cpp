@@ -8,6 +8,7 @@
 #include <string>
 
 #include "providers/doca/sdk.hpp"
+#include "../doca_stub/stub_dir.hpp"
 
 namespace {
 using kinet::ErrorCode;
@@ -17,7 +18,7 @@ using kinet::doca::Mode;
 using kinet::doca::Probe;
 using kinet::doca::Sdk;
 
-const std::string kStubs = KINET_DOCA_STUB_DIR;
+using kinet::test::kStubs;
 const std::string kOff = "; SDK mode off: kinet's open control path is used";
 
 TEST(DocaDecide, UnsetMeansOpenAndSilent) {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "affinity.hpp"
+#include "core/text.hpp"
 #include "kinet/kinet.hpp"
 #include "progress.hpp"
 #include "runner.hpp"
@@ -21,25 +22,7 @@ namespace kinet::perf {
 namespace {
 
 using dev::Sharing;
-constexpr Sharing kX = Sharing::Exclusive;
-
-std::string hex64(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
-  return b;
-}
-
-void check(Status st, const QueuePair& qp, const std::string& what) {
-  if (st == Status::Ok) return;
-  std::string m = what + ": " + status_string(st);
-  const std::string le = qp.last_error();
-  if (!le.empty()) m += " [" + le + "]";
-  throw PerfError(m);
-}
-
-// Iteration-dependent marker byte of write_lat: never 0 (the initial value of
-// receive buffers) and different from the previous iteration's.
-uint8_t marker(uint64_t i) { return static_cast<uint8_t>(1 + i % 255); }
+using text::hex64;
 
 class HostRunner final : public Runner {
  public:

@@ -6,26 +6,18 @@
 
 namespace kinet::perf {
 
-namespace {
-uint64_t mono_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
-}  // namespace
-
 void Progress::begin(std::string label, uint64_t total) {
   if (!enabled_) return;
   label_ = std::move(label);
   total_ = total;
   calls_ = 0;
-  start_ns_ = mono_ns();
+  start_ns_ = now_ns();
   last_ns_ = 0;
   redraw(0, true);
 }
 
 void Progress::redraw(uint64_t done, bool force) {
-  const uint64_t now = mono_ns();
+  const uint64_t now = now_ns();
   if (!force && now - last_ns_ < 100000000ull) return;
   last_ns_ = now;
   const double pct = total_ ? 100.0 * double(done) / double(total_) : 0.0;

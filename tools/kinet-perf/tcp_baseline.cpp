@@ -18,14 +18,12 @@
 namespace kinet::perf {
 namespace {
 
-uint64_t mono_ns() { return now_ns(); }
-
 [[noreturn]] void fail(const std::string& what) { throw PerfError("tcp baseline: " + what); }
 
 // Waits for `ev` until the absolute deadline (ns); throws naming `what`.
 void wait_fd(int fd, short ev, uint64_t deadline, const char* what) {
   for (;;) {
-    const uint64_t now = mono_ns();
+    const uint64_t now = now_ns();
     if (now >= deadline) fail(std::string("timeout waiting for ") + what);
     pollfd p{fd, ev, 0};
     const int ms = static_cast<int>(std::min<uint64_t>((deadline - now) / 1000000 + 1, 1000));
@@ -93,10 +91,10 @@ std::vector<double> tcp_pingpong_client(int fd, size_t n, uint64_t warmup, uint6
   pr.begin("tcp ping-pong " + std::to_string(n) + " B", total);
   for (uint64_t i = 0; i < total; ++i) {
     tx[0] = static_cast<uint8_t>(i);
-    const uint64_t t0 = mono_ns();
+    const uint64_t t0 = now_ns();
     send_all(fd, tx.data(), n, t0 + timeout_ns, "ping-pong: sending a ping");
     recv_all(fd, rx.data(), n, t0 + timeout_ns, "ping-pong: the pong");
-    const uint64_t t1 = mono_ns();
+    const uint64_t t1 = now_ns();
     if (i >= warmup) lat.push_back(double(t1 - t0) * 1e-3 / 2);
     pr.update(i + 1);
   }
@@ -108,7 +106,7 @@ std::vector<double> tcp_pingpong_client(int fd, size_t n, uint64_t warmup, uint6
 void tcp_pingpong_server(int fd, size_t n, uint64_t total, uint64_t timeout_ns) {
   std::vector<uint8_t> buf(n);
   for (uint64_t i = 0; i < total; ++i) {
-    const uint64_t d = mono_ns() + timeout_ns;
+    const uint64_t d = now_ns() + timeout_ns;
     recv_all(fd, buf.data(), n, d, "ping-pong: a ping");
     send_all(fd, buf.data(), n, d, "ping-pong: sending a pong");
   }
@@ -116,14 +114,14 @@ void tcp_pingpong_server(int fd, size_t n, uint64_t total, uint64_t timeout_ns) 
 
 double tcp_stream_send(int fd, size_t n, uint64_t count, uint64_t timeout_ns, Progress* pr) {
   const std::vector<uint8_t> tx = pattern(n, n + 1);
-  const uint64_t t0 = mono_ns();
+  const uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < count; ++i) {
-    send_all(fd, tx.data(), n, mono_ns() + timeout_ns, "stream: sending");
+    send_all(fd, tx.data(), n, now_ns() + timeout_ns, "stream: sending");
     if (pr) pr->update(i + 1);
   }
   uint8_t ack = 0;
-  recv_all(fd, &ack, 1, mono_ns() + timeout_ns, "stream: the receiver's answer after the last message");
-  const uint64_t t1 = mono_ns();
+  recv_all(fd, &ack, 1, now_ns() + timeout_ns, "stream: the receiver's answer after the last message");
+  const uint64_t t1 = now_ns();
   if (ack != 1) fail("stream: the receiver found the data corrupt");
   return double(t1 - t0) * 1e-9;
 }
@@ -145,13 +143,13 @@ void tcp_stream_recv(int fd, size_t n, uint64_t count, uint64_t timeout_ns) {
       fail("stream: the sender closed the connection");
     } else if (errno == EINTR) {
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      wait_fd(fd, POLLIN, mono_ns() + timeout_ns, "stream: data");
+      wait_fd(fd, POLLIN, now_ns() + timeout_ns, "stream: data");
     } else {
       fail(std::string("stream: recv: ") + std::strerror(errno));
     }
   }
   const uint8_t ack = ok ? 1 : 2;
-  send_all(fd, &ack, 1, mono_ns() + timeout_ns, "stream: the answer after the last message");
+  send_all(fd, &ack, 1, now_ns() + timeout_ns, "stream: the answer after the last message");
 }
 
 }  // namespace kinet::perf

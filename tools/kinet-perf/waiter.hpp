@@ -1,17 +1,35 @@
-// kinet-perf — bounded waits of the host runners (in-process and
-// cross-process): spin, then yield, since posting threads and NIC engine
-// threads may share few CPUs and a pure spin would keep the thread that must
-// make progress off its core for a whole scheduler slice.
+// kinet-perf — what the host runners (in-process and cross-process) share:
+// the check of a verb's status, write_lat's marker byte, and bounded waits
+// that spin, then yield, since posting threads and NIC engine threads may
+// share few CPUs and a pure spin would keep the thread that must make
+// progress off its core for a whole scheduler slice.
 #pragma once
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
+#include <string>
 #include <thread>
 
 #include "kinet/kinet.hpp"
 #include "runner.hpp"  // PerfError
 
 namespace kinet::perf {
+
+// The host runners post to each QP from one thread.
+inline constexpr dev::Sharing kX = dev::Sharing::Exclusive;
+
+// Iteration-dependent marker byte of write_lat: never 0 (the initial value of
+// receive buffers) and different from the previous iteration's.
+inline uint8_t marker(uint64_t i) { return static_cast<uint8_t>(1 + i % 255); }
+
+// Throws PerfError "what: <status> [<the QP's last error>]" unless st is Ok.
+inline void check(Status st, const QueuePair& qp, const std::string& what) {
+  if (st == Status::Ok) return;
+  std::string m = what + ": " + status_string(st);
+  const std::string le = qp.last_error();
+  if (!le.empty()) m += " [" + le + "]";
+  throw PerfError(m);
+}
 
 class Waiter {
  public:

@@ -35,7 +35,6 @@ namespace kinet::perf {
 namespace {
 
 using dev::Sharing;
-constexpr Sharing kX = Sharing::Exclusive;
 using namespace xp;
 
 // Payload of (case, side, QP): both processes can compute the other's.
@@ -55,15 +54,6 @@ std::vector<uint8_t> payload(uint64_t seed, uint32_t ci, int side, uint32_t q, s
   return v;
 }
 uint64_t atomic_initial(uint64_t seed, uint32_t ci) { return std::mt19937_64(seed ^ ci ^ 0xa70)(); }
-uint8_t marker(uint64_t i) { return static_cast<uint8_t>(1 + i % 255); }
-
-void check(Status st, const QueuePair& qp, const std::string& what) {
-  if (st == Status::Ok) return;
-  std::string m = what + ": " + status_string(st);
-  const std::string le = qp.last_error();
-  if (!le.empty()) m += " [" + le + "]";
-  throw PerfError(m);
-}
 
 // How long the server may wait for the client to finish one run: each of its
 // operations is bounded by the timeout, so (iterations + 1) x timeout bounds

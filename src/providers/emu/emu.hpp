@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/text.hpp"
 #include "fabric/endpoint.hpp"
 #include "kinet/kinet.hpp"
 #include "providers/emu/decode.hpp"
@@ -27,11 +28,7 @@
 namespace kinet::emu {
 
 // "0x1234": keys, QP numbers and addresses in messages.
-inline std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using text::hex;
 
 struct MrEntry {
   uint64_t addr = 0;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "core/text.hpp"
 #include "kinet/kinet.hpp"
 #include "providers/mlx5/commands/builders.hpp"
 
@@ -52,17 +53,13 @@ ErrorCode code_of(uint8_t status, int err) {
   return ErrorCode::System;
 }
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using text::hex;
 
 // rdma-core's int-returning DevX calls return the errno value (some without
 // setting errno); a negative return falls back to errno.
 int err_of(int rc) { return rc > 0 ? rc : errno; }
 
-std::string errno_text(int err) { return "errno " + std::to_string(err) + ": " + std::strerror(err); }
+using text::errno_text;
 }  // namespace
 
 Devx::Devx(ibv_context* ctx, std::string name, const DevxOps& ops) : ctx_(ctx), name_(std::move(name)), ops_(ops) {

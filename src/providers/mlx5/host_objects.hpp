@@ -24,20 +24,17 @@
 #include "core/cuda_shim.hpp"
 #include "core/doorbell.hpp"
 #include "core/log.hpp"
+#include "core/text.hpp"
 #include "kinet/kinet.hpp"
 #include "kinet/mlx5/wire.hpp"
 #include "providers/mlx5/verbs_ops.hpp"
 
 namespace kinet::mlx5::host {
 
-inline std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using text::hex;
 inline bool is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
 inline uint32_t log2u(uint64_t v) { return static_cast<uint32_t>(63 - __builtin_clzll(v)); }
-inline std::string errno_text(int err) { return "errno " + std::to_string(err) + ": " + std::strerror(err); }
+using text::errno_text;
 
 // An ibv_mr of the PD record `pd`, deregistered (under the device lock) when
 // the object goes; the PD outlives it.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "core/text.hpp"
 #include "transports/ofi/ofi_lib.hpp"
 
 namespace kinet::transport::ofi {
@@ -39,11 +40,7 @@ uint64_t get64(const uint8_t* p) {
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
-std::string hex64(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using text::hex64;
 
 const char* addr_format_name(uint32_t f) {
   switch (f) {

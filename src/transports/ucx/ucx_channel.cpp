@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "core/text.hpp"
 #include "kinet/kinet.hpp"
 
 namespace kinet::transport::ucx {
@@ -47,11 +48,7 @@ uint64_t get_le(const uint8_t* p, int n) {
   for (int i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
   return v;
 }
-std::string hex64(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%016" PRIx64, v);
-  return b;
-}
+using text::hex64;
 
 class UcxChannel final : public Channel {
  public:

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "core/text.hpp"
 #include "kinet/kinet.hpp"
 
 namespace kinet::emu::devx {
@@ -177,11 +178,7 @@ void put(std::span<uint8_t> mb, const Field& f, uint64_t v) {
   }
 }
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using text::hex;
 
 Verdict reject(PrmStatus s, uint32_t syndrome, std::string why) { return Verdict{s, syndrome, std::move(why)}; }
 
