@@ -324,7 +324,8 @@ void copy(void* dst, const void* src, size_t n) {
   if (n == 0) return;
   if (available()) {
     int dev = -1;
-    const Where wd = where(dst, &dev), ws = where(src, &dev);
+    // src first: a copy between two GPUs runs on the destination's, as before.
+    const Where ws = where(src, &dev), wd = where(dst, &dev);
     if (dev >= 0) {
       DeviceScope ds(dev);
       if (wd != Where::Pageable && ws != Where::Pageable) return copy_async(dev, dst, src, n);
