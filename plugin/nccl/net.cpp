@@ -26,7 +26,6 @@
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <vector>
 
 #include "bootstrap/socket.hpp"
 #include "core/cuda_shim.hpp"
@@ -80,7 +79,7 @@ struct NetReq {
   FrameHead head{};    // send: what goes first; recv: what arrived
   uint64_t moved = 0;  // bytes of head + payload moved so far
   char* gpu_dst = nullptr;    // recv into GPU memory: `data` is the staging buffer, copied here when done
-  std::vector<char> staged;   // host copy of GPU data (send: the payload; recv: what arrived)
+  std::unique_ptr<char[]> staged;  // host copy of GPU data (send: the payload; recv: what arrived); not zeroed
 };
 
 struct NetComm {
@@ -360,14 +359,14 @@ Result net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandl
   r->send = true;
   r->data = static_cast<char*>(data);
   if (size > 0 && mr->gpu) {
-    r->staged.resize(size);
+    r->staged.reset(new char[size]);
     try {
-      cuda::copy(r->staged.data(), data, size);
+      cuda::copy(r->staged.get(), data, size);
     } catch (const std::exception& e) {
       return fail(kSystemError, "net isend to " + c->peer + ": copying " + std::to_string(size) +
                                     " bytes from GPU memory: " + e.what());
     }
-    r->data = r->staged.data();
+    r->data = r->staged.get();
   }
   r->size = size;
   r->tag = tag;
@@ -400,9 +399,9 @@ Result net_irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, 
   r->comm = c;
   r->data = static_cast<char*>(data[0]);
   if (sizes[0] > 0 && mr->gpu) {
-    r->staged.resize(sizes[0]);
+    r->staged.reset(new char[sizes[0]]);
     r->gpu_dst = r->data;
-    r->data = r->staged.data();
+    r->data = r->staged.get();
   }
   r->size = sizes[0];
   r->tag = tags[0];
