@@ -26,6 +26,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <new>
 
 #include "bootstrap/socket.hpp"
 #include "core/cuda_shim.hpp"
@@ -359,7 +360,10 @@ Result net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandl
   r->send = true;
   r->data = static_cast<char*>(data);
   if (size > 0 && mr->gpu) {
-    r->staged.reset(new char[size]);
+    r->staged.reset(new (std::nothrow) char[size]);  // no exception may reach NCCL
+    if (!r->staged)
+      return fail(kSystemError, "net isend to " + c->peer + ": no host memory for a " + std::to_string(size) +
+                                    "-byte copy of GPU data");
     try {
       cuda::copy(r->staged.get(), data, size);
     } catch (const std::exception& e) {
@@ -399,7 +403,10 @@ Result net_irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, 
   r->comm = c;
   r->data = static_cast<char*>(data[0]);
   if (sizes[0] > 0 && mr->gpu) {
-    r->staged.reset(new char[sizes[0]]);
+    r->staged.reset(new (std::nothrow) char[sizes[0]]);
+    if (!r->staged)
+      return fail(kSystemError, "net irecv from " + c->peer + ": no host memory for a " +
+                                    std::to_string(sizes[0]) + "-byte receive into GPU memory");
     r->gpu_dst = r->data;
     r->data = r->staged.get();
   }
