@@ -58,14 +58,16 @@ __device__ void note(int* err, Status s) {
   if (s != Status::Ok) atomicCAS(err, 0, static_cast<int>(s));
 }
 
-// Each CTA puts its 16-byte-aligned slice of [0, bytes) of my part of w to
-// [dst_off, +bytes) of the peer's part.
+// [0, bytes) of my part of w to [dst_off, +bytes) of the peer's part: each
+// CTA puts 16-byte-aligned chunks of `chunk` bytes round-robin (0: one slice
+// per CTA). Chunks larger than a CTA's even share shrink to it.
 __global__ void __launch_bounds__(1024) k_put_bw(CommHandle c, WindowHandle w, uint64_t dst_off, uint64_t bytes,
-                                                 int* err) {
-  const uint64_t per = ((bytes + gridDim.x - 1) / gridDim.x + 15) & ~uint64_t{15};
-  const uint64_t off = blockIdx.x * per;
-  const uint64_t len = off < bytes ? std::min(per, bytes - off) : 0;
-  const Status s = dev::cta_put(c, 1 - c.rank, w, dst_off + off, w, off, len);
+                                                 uint64_t chunk, int* err) {
+  const uint64_t share = ((bytes + gridDim.x - 1) / gridDim.x + 15) & ~uint64_t{15};
+  const uint64_t per = chunk ? std::min(share, (chunk + 15) & ~uint64_t{15}) : share;
+  Status s = Status::Ok;
+  for (uint64_t off = blockIdx.x * per; off < bytes && s == Status::Ok; off += uint64_t(gridDim.x) * per)
+    s = dev::cta_put(c, 1 - c.rank, w, dst_off + off, w, off, std::min(per, bytes - off));
   if (threadIdx.x == 0) note(err, s);
 }
 
@@ -274,7 +276,7 @@ void Rank::setup() {
 float Rank::time_put(uint64_t bytes, uint64_t iters) {
   ck(cudaEventRecord(e0_, s_), "cudaEventRecord");
   for (uint64_t i = 0; i < iters; ++i)
-    k_put_bw<<<grid_, o_.bw_threads, 0, s_>>>(c_, bw_->handle(), o_.bw_max, bytes, err_);
+    k_put_bw<<<grid_, o_.bw_threads, 0, s_>>>(c_, bw_->handle(), o_.bw_max, bytes, o_.bw_chunk, err_);
   k_quiet<<<1, 1, 0, s_>>>(c_, err_);
   ck(cudaEventRecord(e1_, s_), "cudaEventRecord");
   check_err("k_put_bw");
@@ -448,6 +450,7 @@ std::string gpu_rank(int r, Bootstrap& bs, const GpuOpts& o) {
   run.path = o.path;
   run.transport = o.transport;
   run.bw_threads = o.bw_threads;
+  run.bw_chunk = o.bw_chunk;
   run.lat_cta_threads = o.lat_cta_threads;
   run.trials = o.trials;
   run.launches = o.launches;

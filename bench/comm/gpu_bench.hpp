@@ -20,6 +20,10 @@ struct GpuOpts {
   uint32_t bw_factor = 2;            // sizes bw_min * factor^k
   uint32_t ctas_per_sm = 0;          // 0: as many as fit (occupancy)
   uint32_t bw_threads = 512;
+  // Each CTA puts chunks of this many bytes round-robin (CTA b: chunks b,
+  // b + grid, ...), so the whole grid sweeps the buffer front to back; 0: one
+  // contiguous slice per CTA. Never more than a CTA's even share.
+  uint64_t bw_chunk = uint64_t{64} << 10;
   int trials = 5;                    // timed trials per size (median)
   double trial_ms = 20;              // aim of one trial; sets #iterations
   uint64_t lat_max = uint64_t{256} << 10;  // ping-pong sizes 8, 64, ..., lat_max (x8)

@@ -59,8 +59,12 @@ void print_bw_header(const GpuRun& r) {
   std::printf("                    kinet-comm-perf: put bandwidth, rank 0 -> rank 1\n");
   std::printf(" Ranks           : 2 processes on one GPU (%s, %d SMs), path %s\n", r.gpu.c_str(), r.sms,
               r.path.c_str());
-  std::printf(" kinet           : dev::cta_put, %u CTAs x %u threads, each its slice of the buffer\n", r.bw_grid,
-              r.bw_threads);
+  if (r.bw_chunk)
+    std::printf(" kinet           : dev::cta_put, %u CTAs x %u threads, %llu-byte chunks round-robin\n", r.bw_grid,
+                r.bw_threads, static_cast<unsigned long long>(r.bw_chunk));
+  else
+    std::printf(" kinet           : dev::cta_put, %u CTAs x %u threads, each its slice of the buffer\n", r.bw_grid,
+                r.bw_threads);
   std::printf(" Baseline        : cudaMemcpyAsync device-to-device of the same bytes on the same GPU\n");
   std::printf(" Reported        : GB/s = 10^9 bytes/s, CUDA events over #iterations, median of %d trials\n",
               r.trials);
@@ -123,7 +127,7 @@ nlohmann::ordered_json to_json(const GpuRun& r) {
   j["path"] = r.path;
   j["transport"] = r.transport;
   j["comm_report"] = r.comm_report;
-  j["config"] = {{"bw_grid", r.bw_grid},   {"bw_threads", r.bw_threads}, {"lat_cta_threads", r.lat_cta_threads},
+  j["config"] = {{"bw_grid", r.bw_grid},   {"bw_threads", r.bw_threads}, {"bw_chunk", r.bw_chunk}, {"lat_cta_threads", r.lat_cta_threads},
                  {"bw_trials", r.trials},  {"lat_launches", r.launches}};
   json bw = json::array();
   for (const auto& b : r.bw)

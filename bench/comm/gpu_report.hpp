@@ -41,6 +41,7 @@ struct GpuRun {
   std::string command_line, gpu, path, transport, comm_report;
   int sms = 0;
   uint32_t bw_grid = 0, bw_threads = 0, lat_cta_threads = 0;
+  uint64_t bw_chunk = 0;  // GpuOpts::bw_chunk
   int trials = 0, launches = 0;
   std::vector<BwRow> bw;
   std::vector<LatRow> lat;

@@ -136,6 +136,8 @@ int main(int argc, char** argv) {
   app.add_option("--bw-factor", g.bw_factor, "gpu: put_bw sizes grow by this factor")->check(CLI::IsMember({2, 4}));
   app.add_option("--ctas-per-sm", g.ctas_per_sm, "gpu: put_bw grid = SMs x this (0: as many as fit)")
       ->check(CLI::Range(0u, 64u));
+  app.add_option("--bw-chunk", g.bw_chunk, "gpu: bytes per cta_put, chunks round-robin over the CTAs (0: a slice each)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 32));
   app.add_option("--bw-threads", g.bw_threads, "gpu: threads per put_bw CTA")->check(CLI::IsMember({128, 256, 512, 1024}));
   app.add_option("--trials", g.trials, "gpu: timed trials per put_bw size (median)")->check(CLI::Range(1, 100));
   app.add_option("--trial-ms", g.trial_ms, "gpu: aim of one trial (sets #iterations)")->check(CLI::Range(0.1, 10000.0));
