@@ -202,7 +202,8 @@ class StreamLease {
 
   // Waits, bounded by default_timeout_ms(), for the work queued so far. On
   // timeout the stream is abandoned (never reused: its work is still queued).
-  void wait(const std::string& what) {
+  // what(): the operation, for the error message (built only on failure).
+  template <class What> void wait(const What& what) {
     uint64_t ms = default_timeout_ms();
     if (ms == 0 || ms > 86'400'000ull) ms = 86'400'000ull;  // saturate: never an instant or endless wait
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
@@ -211,12 +212,12 @@ class StreamLease {
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) {
         s_ = nullptr;
-        fail(e, what);
+        fail(e, what());
       }
       if (std::chrono::steady_clock::now() > deadline) {
         s_ = nullptr;
         throw Error(ErrorCode::System,
-                    what + " did not complete within " + std::to_string(ms) + " ms (KINET_TIMEOUT_MS): the GPU did not run it" +
+                    what() + " did not complete within " + std::to_string(ms) + " ms (KINET_TIMEOUT_MS): the GPU did not run it" +
                         (lazy_loading() ? " (CUDA lazy loading is on: a kernel launched for the first time while "
                                           "another kernel waits for kinet stalls kinet's copies; set "
                                           "CUDA_MODULE_LOADING=EAGER)"
@@ -305,10 +306,12 @@ struct Stage {
 // One asynchronous copy on a stream of ours, then the bounded wait.
 void copy_async(int dev, void* dst, const void* src, size_t n) {
   StreamLease s(dev);
-  const std::string what = "CUDA copy of " + std::to_string(n) + " bytes from " + hexp(src) + " to " + hexp(dst) +
-                           " on GPU " + std::to_string(dev);
+  auto what = [&] {
+    return "CUDA copy of " + std::to_string(n) + " bytes from " + hexp(src) + " to " + hexp(dst) + " on GPU " +
+           std::to_string(dev);
+  };
   const cudaError_t e = api().memcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
-  if (e != cudaSuccess) fail(e, what);
+  if (e != cudaSuccess) fail(e, what());
   s.wait(what);
 }
 }  // namespace
@@ -398,9 +401,9 @@ void* alloc_device(size_t n) {
     // kernels and clear the block after it is in use. On failure the block is
     // not reused (a late memset could still land in it).
     StreamLease s(dev);
-    const std::string what = "zeroing " + std::to_string(n) + " bytes of GPU memory on GPU " + std::to_string(dev);
+    auto what = [&] { return "zeroing " + std::to_string(n) + " bytes of GPU memory on GPU " + std::to_string(dev); };
     const cudaError_t e = api().memsetAsync(p, 0, n, s.get());
-    if (e != cudaSuccess) fail(e, what);
+    if (e != cudaSuccess) fail(e, what());
     s.wait(what);
     return p;
   }

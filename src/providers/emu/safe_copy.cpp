@@ -60,20 +60,26 @@ bool install_handler() {
   return ok;
 }
 
-// False if the copy faulted (then an unknown prefix of dst was written).
-bool guarded_memcpy(void* dst, const void* src, size_t n) {
+// Runs f() (memory accesses only) so that a fault inside it ends it early:
+// false then, with an unknown part of its stores done.
+template <class F> bool guarded(F&& f) {
   if (!install_handler()) {
-    std::memcpy(dst, src, n);
+    f();
     return true;
   }
   sigjmp_buf j;
   if (sigsetjmp(j, 0) != 0) return false;  // tl_jump was cleared by the handler
   tl_jump = &j;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  std::memcpy(dst, src, n);
+  f();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   tl_jump = nullptr;
   return true;
+}
+
+// False if the copy faulted (then an unknown prefix of dst was written).
+bool guarded_memcpy(void* dst, const void* src, size_t n) {
+  return guarded([&] { std::memcpy(dst, src, n); });
 }
 
 // A CPU atomic on host memory that a fault ends early: false (nothing
@@ -81,7 +87,7 @@ bool guarded_memcpy(void* dst, const void* src, size_t n) {
 // (the callers check). acq_rel: the data a requester put before the atomic
 // is visible to whoever reads the new value, as for signals.
 bool guarded_atomic(uint64_t* p, bool fetch_add, uint64_t operand, uint64_t compare, uint64_t* old) {
-  auto apply = [&] {
+  return guarded([&] {
     if (fetch_add) {
       *old = __atomic_fetch_add(p, operand, __ATOMIC_ACQ_REL);
     } else {
@@ -89,19 +95,7 @@ bool guarded_atomic(uint64_t* p, bool fetch_add, uint64_t operand, uint64_t comp
       __atomic_compare_exchange_n(p, &expected, operand, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
       *old = expected;  // the previous value, hit or miss
     }
-  };
-  if (!install_handler()) {
-    apply();
-    return true;
-  }
-  sigjmp_buf j;
-  if (sigsetjmp(j, 0) != 0) return false;
-  tl_jump = &j;
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  apply();
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  tl_jump = nullptr;
-  return true;
+  });
 }
 
 // Whether every byte of [p, +n) can be read (probes in bounce-sized pieces).
