@@ -10,7 +10,7 @@
 #   CUDA_ARCH=native      GPU architectures to build for (e.g. 90, "80;90")
 #   KINET_GTEST_SOURCE_DIR  GoogleTest sources, when none is installed (the
 #                         GPU suite needs none; without GoogleTest the host
-#                         suite is skipped and the GPU tests are built by nvcc)
+#                         suite is skipped)
 #   SKIP_HOST_SUITE=1, SKIP_SANITIZER=1, SKIP_BENCH=1   leave a step out
 #   SANITIZER_TIMEOUT=300 seconds per compute-sanitizer tool
 # Exit status: 0 when every step that ran passed.
@@ -35,34 +35,26 @@ fi
 host_suite=$tests
 [ -n "${SKIP_HOST_SUITE:-}" ] && host_suite=OFF
 
+# Without GoogleTest the host suite is off; tests/gpu is built all the same.
 cmake -S . -B "$bd" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKINET_CUDA=ON \
   "-DKINET_CUDA_ARCHITECTURES=$arch" -DKINET_BUILD_TESTS=$tests > "$out/build.log" 2>&1 ||
   { tail -30 "$out/build.log"; exit 1; }
-targets=kinet
-[ "$tests" = ON ] && targets="$targets kinet-gpu-tests kinet-gpu-contract"
+gpu_targets=$(sed -n 's/^add_executable(\(kinet-gpu-[a-z0-9-]*\).*/\1/p' tests/gpu/CMakeLists.txt | tr '\n' ' ')
+targets="kinet $gpu_targets"
 [ -z "${SKIP_BENCH:-}" ] && targets="$targets kinet-perf" && [ -f bench/CMakeLists.txt ] && targets="$targets kinet-post-rate"
 cmake --build "$bd" -j "$(nproc)" --target $targets >> "$out/build.log" 2>&1 ||
   { grep -E "error" -A3 "$out/build.log" | head -60; exit 1; }
 gt=$bd/tests/gpu/kinet-gpu-tests
-if [ "$tests" = OFF ]; then  # no GoogleTest: the GPU tests need none, build them with nvcc
-  nvarch=$arch; [ "$arch" = native ] && nvarch=native || nvarch=sm_${arch%%;*}
-  nvcc -std=c++20 --expt-relaxed-constexpr -arch=$nvarch -O2 -Iinclude tests/gpu/*.cu "$bd/libkinet.a" \
-    -ldl -lpthread -cudart shared -o "$bd/kinet-gpu-tests" >> "$out/build.log" 2>&1 ||
-    { grep -E "error" -A3 "$out/build.log" | head -30; exit 1; }
-  gt=$bd/kinet-gpu-tests
-fi
 echo "== built ($targets)"
 
+# Every test labelled gpu (tests/gpu/CMakeLists.txt): the verbs, their device
+# contracts, two processes, the proxy, the communicator (2 and 4 ranks). Each
+# exits 77 without a GPU, which ctest reports as skipped.
 rc=0
-echo "== GPU tests: $gt"
-"$gt" 2>&1 | tee "$out/gpu-tests.log"; r=${PIPESTATUS[0]}
-[ "$r" = 77 ] && echo "(skipped: no GPU)" || rc=$((rc | r))
-
-if [ -x "$bd/tests/gpu/kinet-gpu-contract" ]; then  # device-only contracts of the verbs (fake NIC)
-  echo "== GPU verb contracts"
-  "$bd/tests/gpu/kinet-gpu-contract" 2>&1 | tee "$out/gpu-contract.log"; r=${PIPESTATUS[0]}
-  [ "$r" = 77 ] || rc=$((rc | r))
-fi
+echo "== GPU tests (ctest -L gpu)"
+ctest --test-dir "$bd" -L gpu --output-on-failure > "$out/gpu-tests.log" 2>&1; r=$?
+grep -E "Test +#|tests passed|Skipped|Failed" "$out/gpu-tests.log"
+rc=$((rc | r))
 
 if [ -z "${SKIP_SANITIZER:-}" ]; then  # the whole GPU suite under each tool
   for tool in memcheck racecheck; do
