@@ -187,7 +187,11 @@ template <Sharing S> KINET_HD Status comm_peer_health(const CommHandle& c, int p
     if (es != 0) return static_cast<Status>(es);
   }
   if (p.path == static_cast<uint32_t>(CommPath::Proxy)) {
+    // A channel serves one peer, so a first error of WrFlushed means its
+    // transport had already failed that peer (lost, or silent past the
+    // timeout) before this channel's operation left: the peer is lost.
     const int32_t es = load_acquire<Scope::System>(&p.ch.shared->error_status);
+    if (es == static_cast<int32_t>(Status::WrFlushed)) return Status::TransportRetryExceeded;
     if (es != 0) return static_cast<Status>(es);
     if (load_acquire<Scope::System>(&p.ch.shared->closed)) return Status::WrFlushed;
   }
