@@ -116,6 +116,8 @@ Cudart load_cudart(const std::string& me) {
   return c;
 }
 
+std::string str_or(const char* s) { return s ? s : "(no text)"; }
+
 // What travels: rank 0's outcome with the id.
 struct Msg {
   int32_t ok;
@@ -134,7 +136,7 @@ std::unique_ptr<Bootstrap> Bootstrap::from_nccl(::ncclComm* comm, ::CUstream_st*
   const Nccl nccl = load_nccl(me);
   const auto nccl_check = [&](int rc, const char* what) {
     if (rc != kNcclSuccess && rc != kNcclInProgress)
-      throw Error(ErrorCode::System, me + ": " + what + " failed: " + nccl.getErrorString(rc) + " (ncclResult " +
+      throw Error(ErrorCode::System, me + ": " + what + " failed: " + str_or(nccl.getErrorString(rc)) + " (ncclResult " +
                                          std::to_string(rc) + ", NCCL from " + nccl.from + ")");
   };
   int rank = -1, nranks = 0, dev = -1;
@@ -146,7 +148,7 @@ std::unique_ptr<Bootstrap> Bootstrap::from_nccl(::ncclComm* comm, ::CUstream_st*
   const Cudart rt = load_cudart(me);
   const auto cuda_check = [&](int rc, const char* what) {
     if (rc != kCudaSuccess)
-      throw Error(ErrorCode::System, me + ": " + what + " failed: " + rt.getErrorString(rc) + " (error " +
+      throw Error(ErrorCode::System, me + ": " + what + " failed: " + str_or(rt.getErrorString(rc)) + " (error " +
                                          std::to_string(rc) + ")");
   };
 
@@ -215,7 +217,7 @@ std::unique_ptr<Bootstrap> Bootstrap::from_nccl(::ncclComm* comm, ::CUstream_st*
       nccl_check(nccl.commGetAsyncError(comm, &async), "ncclCommGetAsyncError");
       if (async != kNcclSuccess && async != kNcclInProgress)
         throw Error(ErrorCode::System, me + ": the NCCL communicator failed during the broadcast of the unique id: " +
-                                           nccl.getErrorString(async));
+                                           str_or(nccl.getErrorString(async)));
       if (Clock::now() >= deadline)
         throw Error(ErrorCode::System, tmo + "the ncclBroadcast of the unique id from rank 0 (does every rank of the "
                                              "communicator call from_nccl? is another collective running on it?); its "

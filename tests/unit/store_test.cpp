@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cuda_shim.hpp"
 #include "kinet/bootstrap.hpp"
 #include "kinet/store.hpp"
 
@@ -402,6 +403,26 @@ TEST(FromNccl, ChecksBeforeNccl) {
   setenv("KINET_NCCL_LIB", "libc.so.6", 1);  // loads, but is no NCCL
   expect_error([&] { kinet::Bootstrap::from_nccl(fake); }, ErrorCode::NotSupported,
                "bootstrap: from_nccl: libc.so.6 lacks ncclCommCount (not an NCCL 2 library?)");
+  unsetenv("KINET_NCCL_LIB");
+}
+
+// Past loading, with a stand-in NCCL (rank 1 of 2): NCCL's failure is named
+// with NCCL's reason; without a GPU the answer is NotSupported; with one, the
+// stand-in's empty broadcast reads as rank 0's failure.
+TEST(FromNccl, AfterLoadingWithAStandInNccl) {
+  auto* fake = reinterpret_cast<ncclComm*>(uintptr_t{0x1000});  // the stand-in never dereferences it
+  setenv("KINET_NCCL_LIB", KINET_NCCL_STUB, 1);
+  setenv("NCCL_STUB_FAIL", "1", 1);
+  expect_error([&] { kinet::Bootstrap::from_nccl(fake); }, ErrorCode::System,
+               std::string("bootstrap: from_nccl: ncclCommUserRank failed: stub internal error (ncclResult 3, NCCL from ") +
+                   KINET_NCCL_STUB + ")");
+  unsetenv("NCCL_STUB_FAIL");
+  if (!kinet::cuda::available())
+    expect_error([&] { kinet::Bootstrap::from_nccl(fake); }, ErrorCode::NotSupported,
+                 "bootstrap: from_nccl rank 1/2: no CUDA runtime or no GPU here");
+  else
+    expect_error([&] { kinet::Bootstrap::from_nccl(fake, nullptr, 5s); }, ErrorCode::System,
+                 "bootstrap: from_nccl rank 1/2: rank 0 could not create the unique id");
   unsetenv("KINET_NCCL_LIB");
 }
 
