@@ -212,14 +212,19 @@ std::unique_ptr<Bootstrap> Bootstrap::from_store(Store& store, int rank, int nra
       throw Error(e.code(), me + ": waiting for rank 0's unique id: " + e.what());
     }
     rec = parse(v, me + ": " + where);
-    if (rec.status == 1)
-      throw Error(ErrorCode::System, me + ": rank 0 failed (" + origin(rec) + "): " + str(rec.why, sizeof rec.why));
+    // A failure record is stale too when its process is gone: an earlier
+    // job's rank 0 may have left it, and this job's rank 0 may still come.
     std::string why;
-    if (!stale(rec, &why)) break;
+    if (!stale(rec, &why)) {
+      if (rec.status == 1)
+        throw Error(ErrorCode::System, me + ": rank 0 failed (" + origin(rec) + "): " + str(rec.why, sizeof rec.why));
+      break;
+    }
     if (Clock::now() >= deadline)
       throw Error(ErrorCode::System,
-                  me + ": timeout after " + std::to_string(timeout.count()) + " ms: " + where +
-                      " holds only a stale unique id (" + origin(rec) + "; " + why +
+                  me + ": timeout after " + std::to_string(timeout.count()) + " ms: " + where + " holds only a stale " +
+                      (rec.status == 1 ? "record of rank 0's failure" : "unique id") + " (" + origin(rec) + "; " + why +
+                      (rec.status == 1 ? "; it failed with: " + str(rec.why, sizeof rec.why) : std::string()) +
                       "): left by an earlier job with the same prefix? Prefixes must be unique per job; rank 0 of "
                       "this job has not published its id");
     if (!told) KINET_LOG(Info, "%s: %s holds a stale id (%s; %s): waiting for a fresh one", me.c_str(), where.c_str(),

@@ -366,6 +366,15 @@ TEST_F(FromStore, StaleRecordSkipped) {
       EXPECT_NE(std::string(e.what()).find("no longer runs"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("Prefixes must be unique per job"), std::string::npos) << e.what();
     }
+    // An earlier job's failure record, its process gone: not this job's verdict.
+    std::vector<uint8_t> failed = stale;
+    poke<uint32_t>(failed, 12, 1);
+    std::memcpy(failed.data() + 288, "init: earlier", 14);
+    s.set("st/kinet_unique_id", failed);
+    expect_error([&] { kinet::Bootstrap::from_store(s, 1, 2, "st", 100ms); }, ErrorCode::System,
+                 "holds only a stale record of rank 0's failure (written by process ");
+    expect_error([&] { kinet::Bootstrap::from_store(s, 1, 2, "st", 100ms); }, ErrorCode::System,
+                 "no longer runs; it failed with: init: earlier)");
   }
   SpyStore s;
   s.set("st/kinet_unique_id", stale);
