@@ -169,11 +169,25 @@ std::vector<uint8_t> FileStore::get(const std::string& key, std::chrono::millise
                                                 std::to_string(kMaxValue) + ")");
   }
   // The file is never written in place (set renames a finished one over it),
-  // so reading to its end gives one whole value.
-  std::vector<uint8_t> v;
-  uint8_t buf[65536];
+  // so reading to its end gives one whole value; a file that another writer
+  // grows meanwhile is still read only up to kMaxValue.
+  std::vector<uint8_t> v(static_cast<size_t>(st.st_size));
+  size_t got = 0;
   for (;;) {
-    const ssize_t k = ::read(fd, buf, sizeof buf);
+    if (got == v.size()) {
+      if (v.size() >= kMaxValue) {
+        uint8_t extra;
+        const ssize_t k = ::read(fd, &extra, 1);
+        if (k == 0) break;
+        const int e = errno;
+        ::close(fd);
+        if (k < 0) throw Error(ErrorCode::System, "FileStore: get " + shown(key) + ": reading " + p + ": " + errstr(e));
+        throw Error(ErrorCode::InvalidArgument, "FileStore: get " + shown(key) + ": " + p + " grew past " +
+                                                    std::to_string(kMaxValue) + " bytes while being read");
+      }
+      v.resize(std::min<size_t>(kMaxValue, v.size() + 65536));
+    }
+    const ssize_t k = ::read(fd, v.data() + got, v.size() - got);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
       const int e = errno;
@@ -181,13 +195,9 @@ std::vector<uint8_t> FileStore::get(const std::string& key, std::chrono::millise
       throw Error(ErrorCode::System, "FileStore: get " + shown(key) + ": reading " + p + ": " + errstr(e));
     }
     if (k == 0) break;
-    if (v.size() + static_cast<size_t>(k) > kMaxValue) {
-      ::close(fd);
-      throw Error(ErrorCode::InvalidArgument, "FileStore: get " + shown(key) + ": " + p + " grew past " +
-                                                  std::to_string(kMaxValue) + " bytes while being read");
-    }
-    v.insert(v.end(), buf, buf + k);
+    got += static_cast<size_t>(k);
   }
+  v.resize(got);
   ::close(fd);
   return v;
 }
