@@ -2,7 +2,8 @@
 // one GPU through NCCL (each sets its own NCCL_HOSTID, so NCCL sees two hosts
 // and connects them over its socket transport on loopback), build a
 // Bootstrap from the ncclComm_t, then a kinet::Comm (host memory, proxy path
-// over tcp) does put + signal both ways, data verified.
+// over tcp) does put + signal both ways, data verified; then a second
+// Bootstrap from the same comm on a stream the caller made.
 //
 // A host program: NCCL and the CUDA runtime are loaded with dlopen (no NCCL
 // header or library at build time). Exit 0: passed; 1: failed; 77: skipped
@@ -160,6 +161,22 @@ std::string rank_main(int r, int id_fd_read, int id_fd_write, std::string* repor
       c.barrier();
     }
     bs->barrier();
+    // Again on a stream of the caller's: a second Bootstrap, checked by an allgather.
+    void* rt = nullptr;
+    for (const char* n : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"})
+      if ((rt = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
+    auto create = rt ? reinterpret_cast<int (*)(CUstream_st**, unsigned)>(dlsym(rt, "cudaStreamCreateWithFlags")) : nullptr;
+    CUstream_st* stream = nullptr;
+    if (!create || create(&stream, 1) != 0) throw std::runtime_error("cudaStreamCreateWithFlags failed");
+    auto bs2 = kinet::Bootstrap::from_nccl(comm, stream, 30s);
+    const int mine = 1000 + r;
+    const auto all = bs2->allgather(&mine, sizeof mine);
+    for (int p = 0; p < 2; ++p) {
+      int v = 0;
+      if (all[p].size() == sizeof v) std::memcpy(&v, all[p].data(), sizeof v);
+      if (v != 1000 + p) throw std::runtime_error("second bootstrap: allgather from rank " + std::to_string(p) + " wrong");
+    }
+    bs2->barrier();
   } catch (const std::exception& e) {
     err = e.what();
   }
