@@ -158,6 +158,7 @@ std::unique_ptr<Bootstrap> Bootstrap::from_store(Store& store, int rank, int nra
     throw Error(ErrorCode::InvalidArgument, me + ": rank or nranks out of range");
   if (timeout.count() <= 0)
     throw Error(ErrorCode::InvalidArgument, me + ": timeout " + std::to_string(timeout.count()) + " ms");
+  timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 30));  // no deadline overflow
   const std::string key = store_key(prefix);
   const std::string where = "key '" + key + "' in " + store.describe();
 

@@ -133,6 +133,7 @@ std::unique_ptr<Bootstrap> Bootstrap::from_nccl(::ncclComm* comm, ::CUstream_st*
   if (!comm) throw Error(ErrorCode::InvalidArgument, me + ": null NCCL communicator");
   if (timeout.count() <= 0)
     throw Error(ErrorCode::InvalidArgument, me + ": timeout " + std::to_string(timeout.count()) + " ms");
+  timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 30));  // no deadline overflow
   const Nccl nccl = load_nccl(me);
   const auto nccl_check = [&](int rc, const char* what) {
     if (rc != kNcclSuccess && rc != kNcclInProgress)

@@ -45,6 +45,12 @@ void backoff(std::chrono::microseconds& step, Clock::time_point deadline) {
   step = std::min<std::chrono::microseconds>(step * 2, std::chrono::milliseconds(50));
 }
 
+// A bound as a deadline: negative counts as 0, and a huge one (milliseconds::max())
+// is cut to 30 days so that now + bound can't overflow.
+Clock::time_point deadline_after(std::chrono::milliseconds t) {
+  return Clock::now() + std::clamp<std::chrono::milliseconds>(t, std::chrono::milliseconds(0), std::chrono::hours(24 * 30));
+}
+
 bool safe_byte(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
          c == '-';
@@ -71,7 +77,7 @@ void Store::check_key(const std::string& key) {
 }
 
 void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   std::chrono::microseconds step(1000);
   for (;;) {
     std::string missing;
@@ -144,7 +150,7 @@ void FileStore::set(const std::string& key, const std::vector<uint8_t>& value) {
 
 std::vector<uint8_t> FileStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   const std::string p = path(key);
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   std::chrono::microseconds step(1000);
   int fd;
   for (;;) {
@@ -235,7 +241,7 @@ void MemoryStore::set(const std::string& key, const std::vector<uint8_t>& value)
 std::vector<uint8_t> MemoryStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   check_key(key);
   std::unique_lock<std::mutex> g(mu_);
-  if (!cv_.wait_for(g, timeout, [&] { return kv_.count(key) != 0; }))
+  if (!cv_.wait_until(g, deadline_after(timeout), [&] { return kv_.count(key) != 0; }))
     throw Error(ErrorCode::System, timeout_msg(timeout, "key " + shown(key), *this));
   return kv_[key];
 }
@@ -250,7 +256,7 @@ void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::millis
   for (const std::string& k : keys) check_key(k);
   std::unique_lock<std::mutex> g(mu_);
   const auto all = [&] { return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return kv_.count(k) != 0; }); };
-  if (cv_.wait_for(g, timeout, all)) return;
+  if (cv_.wait_until(g, deadline_after(timeout), all)) return;
   std::string missing;
   for (const std::string& k : keys)
     if (!kv_.count(k)) missing += (missing.empty() ? "" : ", ") + shown(k);

@@ -96,6 +96,10 @@ TEST_P(Contract, GetAndWaitTimeOutNamingTheKey) {
   expect_error([&] { s.wait({"here", "gone1", "gone2"}, 50ms); }, ErrorCode::System,
                "timeout after 50 ms waiting for keys 'gone1', 'gone2' in " + s.describe());
   expect_error([&] { s.get("k", 0ms); }, ErrorCode::System, "timeout after 0 ms");
+  expect_error([&] { s.get("k", -5ms); }, ErrorCode::System, "timeout after -5 ms");
+  s.set("k", bytes("v"));  // an unbounded-looking bound does not overflow the deadline
+  EXPECT_EQ(s.get("k", std::chrono::milliseconds::max()), bytes("v"));
+  s.wait({"k"}, std::chrono::milliseconds::max());
 }
 
 // A get waiting before the set returns the value once it is set.
