@@ -180,7 +180,12 @@ std::unique_ptr<Bootstrap> Bootstrap::from_store(Store& store, int rank, int nra
       publish_failure(std::string("UniqueId::create: ") + e.what());
       throw;
     }
-    store.set(key, bytes_of(rec));
+    try {
+      store.set(key, bytes_of(rec));
+    } catch (...) {
+      UniqueId::cancel(rec.id);  // nobody can learn the id: end its rendezvous
+      throw;
+    }
     std::unique_ptr<Bootstrap> bs;
     try {
       bs = init(rec.id, 0, nranks, timeout);

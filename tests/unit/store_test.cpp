@@ -278,6 +278,17 @@ TEST_F(FromStore, RankZeroFailurePublished) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
 }
 
+// A store that refuses to set: rank 0 fails with the store's error.
+TEST_F(FromStore, RankZeroCannotSet) {
+  struct Refusing : kinet::MemoryStore {
+    void set(const std::string& k, const std::vector<uint8_t>&) override {
+      throw kinet::Error(ErrorCode::System, "refusing store: set '" + k + "': disk full");
+    }
+  } s;
+  expect_error([&] { kinet::Bootstrap::from_store(s, 0, 2, "job-d", 20s); }, ErrorCode::System,
+               "refusing store: set 'job-d/kinet_unique_id': disk full");
+}
+
 // The record's layout, described here apart from the library's struct (so
 // one mistake can't hide on both sides): magic "KINETSID" at 0, version u32
 // at 8, status u32 at 12, nranks u32 at 16, pid u64 at 32, the UniqueId at 160.
