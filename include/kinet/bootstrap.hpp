@@ -6,6 +6,12 @@
 //   every rank:     auto bs = Bootstrap::init(id, rank, nranks);
 //                   auto all = bs->allgather(&mine, sizeof mine);
 //
+// Or let kinet ship the id: Bootstrap::from_mpi() (under mpirun),
+// from_store(store, rank, nranks, prefix) (a key-value store every rank
+// shares: kinet/store.hpp, e.g. a torch process group's store), or
+// from_nccl(comm) (an existing NCCL communicator: its rank, size and an
+// ncclBroadcast of the id).
+//
 // Environment (read by the process that calls create()/init()):
 //   KINET_SOCKET_IFNAME         interfaces to listen on: comma-separated name
 //                               prefixes, "=name" an exact name, a leading "^"
@@ -41,7 +47,14 @@
 
 #include "kinet/kinet.hpp"
 
+// NCCL's and CUDA's handle types, declared so that ncclComm_t and
+// cudaStream_t convert without NCCL's or CUDA's headers.
+struct ncclComm;
+struct CUstream_st;
+
 namespace kinet {
+
+class Store;
 
 // Root address and secret of one job. Trivially copyable, fixed size: it can
 // be broadcast as raw bytes (MPI_Bcast) or as text (to_string, 256 hex digits).
@@ -100,6 +113,50 @@ class Bootstrap {
   // of MPI_COMM_WORLD creates the UniqueId, MPI_Bcast sends it, then init().
   // MPI must be initialised. Throws BadState when it is not.
   static std::unique_ptr<Bootstrap> from_mpi(std::chrono::milliseconds timeout = default_timeout());
+
+  // From a key-value store every rank shares (kinet/store.hpp), with ranks
+  // and size known from elsewhere (a torch process group, a launcher's
+  // environment). Rank 0 creates the UniqueId and sets it under
+  // store_key(prefix), with where and when it was made; every other rank
+  // gets it, waiting at most `timeout`; then init() (bounded by `timeout`
+  // again). Once rank 0's init returned (every rank has read the key) rank 0
+  // erases the key. When rank 0 fails (create or init) it sets a record of
+  // its error instead, so the others fail at once with rank 0's reason.
+  // Prefixes are per job: never reuse one an earlier job used with this
+  // store. A stale id a dead process on this host left (same boot id and PID
+  // namespace, that process gone) is skipped and the rank keeps waiting for
+  // a fresh one; a stale id from another host can't be told apart, and then
+  // init fails (root unreachable), the error naming the key and who wrote it.
+  // Throws InvalidArgument (rank/nranks out of range; the key holds no
+  // record of this version; rank 0 published for another nranks), System
+  // (timeout naming the key and the store; rank 0's failure; a stale id
+  // only), and what the store and init() throw, prefixed with this rank.
+  static std::unique_ptr<Bootstrap> from_store(Store& store, int rank, int nranks, const std::string& prefix,
+                                               std::chrono::milliseconds timeout = default_timeout());
+  // The key from_store uses: prefix + "/kinet_unique_id" ("kinet_unique_id"
+  // for an empty prefix).
+  static std::string store_key(const std::string& prefix);
+
+  // From an NCCL communicator the caller already has (ncclComm_t; a blocking
+  // or non-blocking one, initialised): rank and size are
+  // ncclCommUserRank / ncclCommCount; rank 0 creates the UniqueId and an
+  // ncclBroadcast over `comm` carries it (136 bytes through a buffer on the
+  // comm's GPU, on `stream`; null: a stream of kinet's own); then init().
+  // Collective over `comm`, like any NCCL collective: every rank calls it,
+  // and no other collective may run on `comm` at the same time. The wait for
+  // the broadcast is bounded by `timeout` (polling ncclCommGetAsyncError
+  // too); past it the broadcast may still be pending, so its small GPU and
+  // pinned buffers are left allocated (abort the comm to end it).
+  // NCCL is loaded at run time, never linked: $KINET_NCCL_LIB when set, else
+  // the NCCL already loaded in this process (symbols found through
+  // RTLD_DEFAULT), else libnccl.so.2. It must be the library that created
+  // `comm`. The CUDA runtime is loaded with dlopen too.
+  // Throws InvalidArgument (null comm), NotSupported (no NCCL, a symbol
+  // missing, no CUDA runtime or GPU), System (an NCCL or CUDA call failed,
+  // naming it and NCCL's reason; the timeout; rank 0 could not create the
+  // id), and what init() throws.
+  static std::unique_ptr<Bootstrap> from_nccl(::ncclComm* comm, ::CUstream_st* stream = nullptr,
+                                              std::chrono::milliseconds timeout = default_timeout());
 
   ~Bootstrap();  // closes every connection; peers see "peer lost" on later calls
   Bootstrap(const Bootstrap&) = delete;

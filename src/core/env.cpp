@@ -109,6 +109,10 @@ constexpr Variable kVariables[] = {
      "taking the software NIC where there is no ConnectX; NotSupported naming the peer where a rank has no NIC). "
      "Another value: InvalidArgument",
      "communicator", false},
+    {"KINET_NCCL_LIB", "unset",
+     "Bootstrap::from_nccl: the NCCL library to dlopen (it must be the one that created the communicator). "
+     "Unset: the NCCL already loaded in the process, else libnccl.so.2",
+     "bootstrap", false},
 };
 
 std::string row(const Variable& v) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/env.hpp"
+#include "comm_report.hpp"
 #include "core/provider.hpp"
 #include "diagnose.hpp"
 #include "dl.hpp"
@@ -274,9 +275,37 @@ int main(int argc, char** argv) {
   app.add_flag("--json", as_json, "the whole report (or, with --env, the variables) as JSON on stdout");
   app.add_flag("--env", env_only, "only the environment variables kinet reads, their values and defaults");
   app.add_flag("--markdown", markdown, "with --env: docs/ENVIRONMENT.md's text")->needs("--env")->excludes("--json");
+  bool comm = false;
+  kinet::info::CommReportOptions co;
+  std::string path_opt = co.path;
+  auto* comm_flag = app.add_flag("--comm", comm,
+                                 "fork local ranks joined by a bootstrap, build a kinet::Comm and print rank 0's path "
+                                 "to each peer and why (exit 1 when a rank fails)");
+  app.add_option("--ranks", co.ranks, "with --comm: local ranks (2..64)")->needs(comm_flag)->capture_default_str();
+  app.add_option("--path", path_opt, "with --comm: the Comm's path (CommConfig::path)")
+      ->needs(comm_flag)
+      ->check(CLI::IsMember({"auto", "p2p", "proxy", "gdaki"}))
+      ->capture_default_str();
+  app.add_option("--transport", co.transport, "with --comm: the proxy's transport (default: KINET_TRANSPORT)")
+      ->needs(comm_flag);
+  app.add_option("--device", co.device, "with --comm: the gdaki path's NIC (\"emu\": the software NIC)")
+      ->needs(comm_flag)
+      ->capture_default_str();
+  app.add_option("--memory", co.memory, "with --comm: where windows live")
+      ->needs(comm_flag)
+      ->check(CLI::IsMember({"auto", "host", "gpu"}))
+      ->capture_default_str();
+  comm_flag->excludes("--env");
   app.set_version_flag("--version", KINET_INFO_VERSION);
   CLI11_PARSE(app, argc, argv);
   try {
+    if (comm) {  // first: it forks, and no thread may exist yet
+      co.path = path_opt;
+      const auto r = kinet::info::comm_report(co);
+      if (as_json) std::printf("%s\n", r.dump(2).c_str());
+      else std::fputs(kinet::info::comm_report_text(r).c_str(), stdout);
+      return r.contains("error") ? 1 : 0;
+    }
     if (env_only) {
       if (markdown) std::fputs(kinet::env::markdown().c_str(), stdout);
       else if (as_json) std::printf("%s\n", probe_env().dump(2).c_str());
