@@ -104,7 +104,7 @@ class Bootstrap {
   // Registers with the root of `id`, receives every rank's address and
   // connects the full mesh (rank i connects to every j < i and accepts every
   // j > i). `timeout` bounds the whole of init and, afterwards, each call
-  // below. Collective: every rank 0..nranks-1 must call it with the same id
+  // below; above 30 days it counts as 30 days (no deadline overflows). Collective: every rank 0..nranks-1 must call it with the same id
   // and nranks. Throws InvalidArgument (bad id, rank or nranks; refused by
   // the root) or System (timeout naming the missing ranks, peer lost).
   static std::unique_ptr<Bootstrap> init(const UniqueId& id, int rank, int nranks,

@@ -179,6 +179,7 @@ std::unique_ptr<Bootstrap> Bootstrap::init(const UniqueId& id, int rank, int nra
                 "bootstrap: rank " + std::to_string(rank) + " is not in 0.." + std::to_string(nranks - 1));
   if (timeout.count() <= 0)
     throw Error(ErrorCode::InvalidArgument, "bootstrap: timeout " + std::to_string(timeout.count()) + " ms");
+  timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 30));  // now + timeout must not overflow
   const Deadline d = Clock::now() + timeout;
   const std::string tmo = "timeout after " + std::to_string(timeout.count()) + " ms";
   auto impl = std::make_unique<Impl>();

@@ -317,6 +317,19 @@ TEST(Bootstrap, SingleRankJob) {
   bs->barrier();
 }
 
+// A timeout too large for a deadline (milliseconds::max()) saturates at 30
+// days: init and the calls after it work instead of timing out at once.
+TEST(Bootstrap, HugeTimeoutSaturates) {
+  setenv("KINET_SOCKET_IFNAME", "lo", 1);
+  auto id = kinet::UniqueId::create();
+  auto bs = kinet::Bootstrap::init(id, 0, 1, std::chrono::milliseconds::max());
+  unsetenv("KINET_SOCKET_IFNAME");
+  EXPECT_EQ(bs->timeout(), std::chrono::hours(24 * 30));
+  bs->barrier();
+  uint8_t x = 3;
+  EXPECT_EQ(bs->allgather(&x, 1).size(), 1u);
+}
+
 TEST_F(Loopback, RootRefusesDuplicateRankAndNranksMismatch) {
   auto id = kinet::UniqueId::create();
   std::string e_dup, e_n;
