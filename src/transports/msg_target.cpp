@@ -107,9 +107,9 @@ void MsgTransport::reject(const std::string& peer, const std::string& reason, co
               static_cast<unsigned long long>(n), peer.c_str(), reason.c_str());
 }
 
-void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes) {
+void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes, const uint8_t* body, size_t blen) {
   wire::Request r;
-  if (std::string e = wire::decode(data, bytes, &r); !e.empty()) {
+  if (std::string e = wire::decode(data, bytes, body, blen, &r); !e.empty()) {
     // A request whose op id can be read is answered, so its requester is not left waiting.
     reject(p.name, "malformed", e);
     if (bytes >= 32) {
@@ -126,6 +126,8 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes) {
   }
   if (r.seq == p.rx_next) {
     ++p.rx_next;
+    apply_ack(p, r.ack);
+    if (p.lost) return;
     execute(p, r);
     // Requests that arrived early run now, in order.
     while (!p.held.empty() && p.held.begin()->first == p.rx_next && !p.lost) {
@@ -134,13 +136,17 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes) {
       wire::Request h;
       if (wire::decode(m.data(), m.size(), &h).empty()) {
         ++p.rx_next;
+        apply_ack(p, h.ack);
+        if (p.lost) return;
         execute(p, h);
       }
     }
     return;
   }
   if (r.seq > p.rx_next && !ordered_ && p.held.size() < opt_.max_held && !p.held.count(r.seq)) {
-    p.held.emplace(r.seq, std::vector<uint8_t>(data, data + bytes));
+    std::vector<uint8_t> m(data, data + bytes);
+    if (blen) m.insert(m.end(), body, body + blen);
+    p.held.emplace(r.seq, std::move(m));
     return;
   }
   reject(p.name, "sequence", "request " + std::to_string(r.seq) + " while expecting " + std::to_string(p.rx_next));
@@ -250,6 +256,9 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
                                 " faulted");
     old = 0;
   }
+  if (ordered_ && st == Status::Ok &&
+      (r.type == MsgType::Put || r.type == MsgType::PutSignal || r.type == MsgType::Signal))
+    return owe_ack(p);  // acknowledged cumulatively (msg_engine.hpp)
   answer(p, r, st, old, std::move(out));
 }
 
