@@ -353,6 +353,39 @@ TEST(TransportHostile, AnswersToUnknownOpsAreIgnored) {
   EXPECT_EQ(done.cookie, 1u);
 }
 
+TEST(TransportHostile, AcksBeyondWhatWasSentAreRejected) {
+  auto a = loop_transport("rank A");
+  Hostile h;
+  const PeerId hp = h.join(*a);
+  RemoteKey key;
+  key.provider = RemoteKey::kTransport, key.node = h.node, key.rkey = 5;
+  const uint32_t k = a->import_key(hp, key);
+  uint64_t v = 1;
+  ASSERT_EQ(a->put(hp, &v, 8, k, 0x1000, 1), Status::Ok);  // request 1 to the hostile peer
+  auto send_ack = [&](uint64_t node, uint64_t ack, int reserved) {
+    std::vector<uint8_t> m(wire::kAckBytes);
+    wire::encode(wire::Ack{node, ack}, m.data());
+    m[7] = static_cast<uint8_t>(reserved);
+    h.send(m);
+  };
+  send_ack(h.node, 2, 0);      // request 2 was never sent
+  send_ack(h.node, 1, 1);      // malformed
+  send_ack(h.node ^ 1, 1, 0);  // another node
+  Completion c[4];
+  EXPECT_EQ(a->poll(c, 4), 0u);
+  EXPECT_EQ(a->rejected("bad ack"), 1u);
+  EXPECT_EQ(a->rejected("malformed ack"), 1u);
+  EXPECT_EQ(a->rejected("wrong node"), 1u);
+  EXPECT_EQ(a->outstanding(), 1u);
+  send_ack(h.node, 1, 0);  // the real one
+  ASSERT_EQ(a->poll(c, 4), 1u);
+  EXPECT_EQ(c[0].cookie, 1u);
+  EXPECT_EQ(c[0].status, Status::Ok);
+  send_ack(h.node, 1, 0);  // again: nothing left to complete, nothing happens
+  EXPECT_EQ(a->poll(c, 4), 0u);
+  EXPECT_EQ(a->rejected("bad ack"), 1u);
+}
+
 TEST(TransportHostile, FloodIsRejectedAndTheTargetStillServes) {
   LoopPair p(1024, 20s);
   Guarded g(*p.b, 4096, kAccessAll);
