@@ -430,8 +430,10 @@ void MsgTransport::check_deadlines() {
 
 size_t MsgTransport::poll(Completion* out, size_t max) {
   ++polls_;
-  for (int round = 0; round < 4 && ch_->progress(*this) > 0; ++round) {
-  }
+  // One round: a channel's progress() may cost a syscall (UCX over tcp polls
+  // its sockets), and a poll() that found a message should return it to the
+  // application at once; the next poll() takes what came meanwhile.
+  ch_->progress(*this);
   send_owed_acks();
   if (!pending_.empty()) {
     std::vector<uint32_t> again;

@@ -533,8 +533,10 @@ size_t UcxChannel::progress(ChannelEvents& ev) {
     bool& b;
     ~Reset() { b = false; }
   } reset{in_progress_};
-  for (int i = 0; i < 64 && f_.worker_progress(worker_) != 0; ++i) {
-  }
+  // One call: on tcp each is an epoll_wait (a syscall); calling again until
+  // it returns 0 put two more of them between a message's arrival and its
+  // delivery. The engine calls progress() again while events come.
+  f_.worker_progress(worker_);
   start_fetches();
   size_t n = 0;
   for (size_t i = 0; i < peers_.size(); ++i) {
