@@ -154,7 +154,11 @@ class UcxChannel final : public Channel {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<uint64_t, uint32_t> by_node_;
   std::deque<Stranger> strangers_;
-  std::vector<std::pair<Inbound*, void*>> to_fetch_;  // rendezvous descriptors to fetch after progress
+  // Rendezvous descriptors not fetched yet, in arrival order: at most
+  // kPoolMax fetches run at once (each into its own buffer), so a stream of
+  // large messages reuses the pool instead of faulting in fresh buffers (a
+  // peer that stalls mid-transfer holds its slots until UCX ends the fetch).
+  std::deque<std::pair<Inbound*, void*>> to_fetch_;
   size_t fetching_ = 0;
   std::vector<SendSlot> slots_;
   std::vector<uint32_t> free_slots_;
@@ -241,6 +245,7 @@ UcxChannel::~UcxChannel() {
     KINET_LOG(Warn, "ucx channel %s: %zu endpoint closes and %zu fetches still running after 2 s; destroying anyway",
               name_.c_str(), closing_.size(), fetching_);
   for (void* r : closing_) f_.request_free(r);
+  to_fetch_.clear();  // never started: the worker's destruction drops them
   for (auto& p : peers_)
     for (auto& [seq, in] : p->pending) release(*in);
   for (auto& st : strangers_) release(*st.msg);
@@ -395,9 +400,7 @@ ucs_status_t UcxChannel::take(Inbound& in, const uint8_t* head, size_t hlen, voi
   if (hlen) std::memcpy(in.head, head, hlen);
   in.head_len = hlen;
   if (rndv) {
-    take_buffer(in, len);
-    in.data = in.buf.get();
-    to_fetch_.emplace_back(&in, data);
+    to_fetch_.emplace_back(&in, data);  // the buffer is taken when the fetch starts
     return UCS_INPROGRESS;
   }
   in.ready = true;
@@ -458,11 +461,11 @@ void UcxChannel::fetch_cb(void* request, ucs_status_t status, size_t, void* user
 }
 
 void UcxChannel::start_fetches() {
-  // Swap first: a fetch completing at once adds nothing, but keep the loop
-  // independent of callbacks.
-  std::vector<std::pair<Inbound*, void*>> todo;
-  todo.swap(to_fetch_);
-  for (auto [in, desc] : todo) {
+  while (!to_fetch_.empty() && fetching_ < kPoolMax) {
+    auto [in, desc] = to_fetch_.front();
+    to_fetch_.pop_front();
+    take_buffer(*in, in->len);
+    in->data = in->buf.get();
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
     rp.cb.recv_am = &UcxChannel::fetch_cb;
