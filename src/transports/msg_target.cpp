@@ -125,9 +125,12 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes, co
     return answer(p, r, Status::RemoteInvalidRequest, 0, {});
   }
   if (r.seq == p.rx_next) {
-    ++p.rx_next;
+    // The ack first, while rx_next still says what was executed: completing
+    // an operation may release a request (a split put_signal's signal) whose
+    // ack field must not cover this request before it ran.
     apply_ack(p, r.ack);
     if (p.lost) return;
+    ++p.rx_next;
     execute(p, r);
     // Requests that arrived early run now, in order.
     while (!p.held.empty() && p.held.begin()->first == p.rx_next && !p.lost) {
@@ -135,9 +138,9 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes, co
       p.held.erase(p.held.begin());
       wire::Request h;
       if (wire::decode(m.data(), m.size(), &h).empty()) {
-        ++p.rx_next;
         apply_ack(p, h.ack);
         if (p.lost) return;
+        ++p.rx_next;
         execute(p, h);
       }
     }

@@ -104,6 +104,42 @@ TEST(TransportAck, FailureIsAnsweredAheadOfTheAckThatCoversIt) {
   EXPECT_EQ(m.word(8), v3);
 }
 
+// A's split put_signal: B's request acks the data pieces, which releases
+// A's signal piece while A handles that request; the released piece's ack
+// must not cover B's request, which then fails at A: B sees the failure.
+TEST(TransportAck, ReleasedSignalDoesNotAckTheRequestBeingHandled) {
+  LoopPair p;
+  Mem ma, mb;
+  std::vector<uint8_t> big(p.a->payload_limit() + 100, 0x5A), dst(big.size(), 0);
+  ma.region = p.a->register_memory(ma.buf.data(), ma.buf.size(), kAccessAll);
+  mb.region = p.b->register_memory(mb.buf.data(), mb.buf.size(), kAccessAll);
+  auto big_region = p.b->register_memory(dst.data(), dst.size(), kAccessAll);
+  const uint32_t kb = p.a->import_key(p.ab, mb.region->remote_key());
+  const uint32_t kbig = p.a->import_key(p.ab, big_region->remote_key());
+  const uint32_t ka = p.b->import_key(p.ba, ma.region->remote_key());
+  const uint64_t dbase = reinterpret_cast<uint64_t>(dst.data());
+  ASSERT_EQ(p.a->put_signal(p.ab, big.data(), big.size(), kbig, dbase, kb, mb.base(), SignalOp::Set, 9, 1),
+            Status::Ok);
+  EXPECT_TRUE(poll_once(*p.b).empty());  // both data pieces land; b owes an ack
+  const uint64_t v = 1;
+  ASSERT_EQ(p.b->put(p.ba, &v, 8, ka, ma.base() + 256, 2), Status::Ok);  // out of bounds at a; carries the ack
+  EXPECT_TRUE(poll_once(*p.a).empty());  // a: ack -> signal piece released; then b's put fails
+  EXPECT_EQ(p.a->rejected("out of bounds"), 1u);
+  auto c = poll_once(*p.b);  // the signal runs; b's put completes with its failure
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].cookie, 2u);
+  EXPECT_EQ(c[0].status, Status::RemoteAccess);
+  EXPECT_EQ(mb.word(0), 9u);
+  EXPECT_EQ(p.b->rejected("unknown op id"), 0u);
+  EXPECT_TRUE(dst == big);
+  EXPECT_TRUE(poll_once(*p.a).empty());  // b has not acked the signal yet
+  EXPECT_TRUE(poll_once(*p.b).empty());  // now it does
+  c = poll_once(*p.a);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].cookie, 1u);
+  EXPECT_EQ(c[0].status, Status::Ok);
+}
+
 TEST(TransportAck, GetsAndAtomicsAreAnsweredAtOnce) {
   LoopPair p;
   Mem m;
