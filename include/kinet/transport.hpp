@@ -114,7 +114,17 @@ class Transport {
   // peer's.
   virtual uint32_t import_key(PeerId peer, const RemoteKey& key) = 0;
 
-  // Every operation completes once the target answered it (puts included).
+  // Every operation completes once the target executed it (puts included)
+  // and told this side so. Gets, atomics and every failure are answered at
+  // once; a put, signal or put_signal that succeeded is acknowledged
+  // cumulatively, in the target's next request to this side or else from
+  // the target's next poll() call (one message per direction in a
+  // ping-pong). So a side must keep calling poll() while a peer may wait
+  // for its operations' completions (a proxy thread does): one that stops
+  // polling right after the poll() that executed a put delays that put's
+  // completion until it polls again, or until the requester's timeout
+  // (TransportRetryExceeded). (A provider whose messages may arrive out of
+  // order, ofi without FI_ORDER_SAS, answers every operation at once.)
   // A transfer larger than the backend's largest message travels in pieces;
   // it completes with the status of its first failing piece (earlier pieces
   // may have landed).
@@ -149,7 +159,8 @@ class Transport {
                             uint64_t cookie) = 0;
 
   // Runs the transport in both roles (sends what is queued, executes peers'
-  // operations on this side's memory, retires answers) and returns up to
+  // operations on this side's memory, sends the acknowledgements owed since
+  // an earlier call, retires answers) and returns up to
   // `max` completions. Never blocks. A target-side rejection is logged once
   // per peer and reason, with a count.
   virtual size_t poll(Completion* out, size_t max) = 0;

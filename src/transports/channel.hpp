@@ -26,6 +26,11 @@ class ChannelEvents {
   // only during the call. Messages from one peer arrive in the order that
   // peer sent them (a backend that can't promise it says so in ordered()).
   virtual void on_message(uint32_t peer, const uint8_t* data, size_t bytes) = 0;
+  // The same, for a backend that received the message in two parts (the
+  // first iov entry of send() and the rest): the message is head ++ body.
+  // By default the parts are joined (a copy) and passed to on_message();
+  // the engine overrides it to take the body where it lies.
+  virtual void on_message_parts(uint32_t peer, const uint8_t* head, size_t hlen, const uint8_t* body, size_t blen);
   // A message from a sender that was never add_peer()ed (the engine rejects
   // it); `who` describes the sender as well as the backend can.
   virtual void on_stranger(std::string_view who, const uint8_t* data, size_t bytes) = 0;
@@ -36,6 +41,15 @@ class ChannelEvents {
   // "peer lost: <why>". Reported once per peer.
   virtual void on_peer_lost(uint32_t peer, const std::string& why) = 0;
 };
+
+inline void ChannelEvents::on_message_parts(uint32_t peer, const uint8_t* head, size_t hlen, const uint8_t* body,
+                                            size_t blen) {
+  if (blen == 0) return on_message(peer, head, hlen);
+  if (hlen == 0) return on_message(peer, body, blen);
+  std::vector<uint8_t> m(head, head + hlen);
+  m.insert(m.end(), body, body + blen);
+  on_message(peer, m.data(), m.size());
+}
 
 class Channel {
  public:

@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include <time.h>
+
 #include <cstring>
 #include <random>
 
@@ -13,10 +15,19 @@
 
 namespace kinet::transport {
 using wire::MsgType;
-using Clock = std::chrono::steady_clock;
+using Clock = CoarseClock;
 
 namespace {
 constexpr uint32_t kAddrMagic = 0x31454e4b;  // "KNE1"
+void put_u64(uint8_t* p, uint64_t v) {
+  for (int b = 0; b < 8; ++b) p[b] = static_cast<uint8_t>(v >> (8 * b));
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int b = 0; b < 8; ++b) v |= uint64_t{p[b]} << (8 * b);
+  return v;
+}
+bool is_atomic(MsgType t) { return t == MsgType::FetchAdd || t == MsgType::CompareSwap; }
 }  // namespace
 
 std::vector<uint8_t> engine_address(uint64_t node, const std::vector<uint8_t>& ch) {
@@ -37,6 +48,12 @@ void parse_engine_address(const std::vector<uint8_t>& a, const std::string& name
   std::memcpy(node, a.data() + 4, 8);
   if (*node == 0) throw Error(ErrorCode::InvalidArgument, "transport: address of " + name + " has node 0");
   ch->assign(a.begin() + 12, a.end());
+}
+
+CoarseClock::time_point CoarseClock::now() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return time_point(duration(ts.tv_sec * 1000000000LL + ts.tv_nsec));
 }
 
 uint64_t random_node_id() {
@@ -283,6 +300,7 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
     }
     pieces_.emplace(r.op_id, std::make_pair(place, static_cast<uint32_t>(i)));
     // Sequence numbers are assigned when the message is queued: queue order is send order.
+    o->is_request = true;
     if (t == MsgType::PutSignal && last && npieces > 1) {
       o->hdr_len = wire::kRequestBytes;
       wire::encode_header(r, o->hdr);  // seq patched when released
@@ -291,6 +309,7 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
       r.seq = ++p.tx_seq;
       wire::encode_header(r, o->hdr);
       o->hdr_len = wire::kRequestBytes;
+      if (ordered_ && r.type != MsgType::Get && !is_atomic(r.type)) p.unacked.emplace_back(r.seq, r.op_id);
       enqueue(p, std::move(o));
     }
   }
@@ -301,6 +320,12 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
 
 void MsgTransport::enqueue(Peer& p, std::unique_ptr<Out> o) {
   if (o->is_answer) ++p.answers_queued;
+  if (o->is_request) {
+    // The ack is what was executed when the request is queued: every answer
+    // it covers is queued ahead of it, so the requester sees failures first.
+    put_u64(o->hdr + wire::kAckOffset, p.rx_next - 1);
+    p.ack_owed = false;
+  }
   p.q.push_back(std::move(o));
   if (!p.pending) {
     p.pending = true;
@@ -358,6 +383,8 @@ void MsgTransport::fail_peer(Peer& p, Status st, const std::string& why) {
   p.q.clear();
   p.answers_queued = 0;
   p.held.clear();
+  p.unacked.clear();
+  p.ack_owed = false;
 }
 
 void MsgTransport::finish_piece(uint32_t place, uint32_t piece, Status st) {
@@ -377,7 +404,8 @@ void MsgTransport::finish_piece(uint32_t place, uint32_t piece, Status st) {
     }
     // Release the signalling piece with the next sequence number (bytes 16..23).
     const uint64_t seq = ++p.tx_seq;
-    for (int b = 0; b < 8; ++b) op.last->hdr[16 + b] = static_cast<uint8_t>(seq >> (8 * b));
+    put_u64(op.last->hdr + 16, seq);
+    if (ordered_) p.unacked.emplace_back(seq, get_u64(op.last->hdr + 24));
     enqueue(p, std::move(op.last));
     flush(p);
   }
@@ -401,8 +429,12 @@ void MsgTransport::check_deadlines() {
 }
 
 size_t MsgTransport::poll(Completion* out, size_t max) {
-  for (int round = 0; round < 4 && ch_->progress(*this) > 0; ++round) {
-  }
+  ++polls_;
+  // One round: a channel's progress() may cost a syscall (UCX over tcp polls
+  // its sockets), and a poll() that found a message should return it to the
+  // application at once; the next poll() takes what came meanwhile.
+  ch_->progress(*this);
+  send_owed_acks();
   if (!pending_.empty()) {
     std::vector<uint32_t> again;
     for (uint32_t id : pending_) {
@@ -428,17 +460,87 @@ void MsgTransport::on_stranger(std::string_view who, const uint8_t*, size_t byte
 }
 
 void MsgTransport::on_message(uint32_t peer, const uint8_t* data, size_t bytes) {
+  on_message_parts(peer, data, bytes, nullptr, 0);
+}
+
+void MsgTransport::on_message_parts(uint32_t peer, const uint8_t* head, size_t hlen, const uint8_t* body,
+                                    size_t blen) {
+  if (hlen == 0) head = body, hlen = blen, body = nullptr, blen = 0;  // one part after all
   Peer* p = peer_at(peer);
   if (!p) return reject("channel peer " + std::to_string(peer), "stranger", "not a connected peer");
   if (p->lost) return;  // given up on: nothing it says counts any more
-  MsgType t;
-  if (wire::peek_type(data, bytes, &t) && t == MsgType::Answer) return handle_answer(*p, data, bytes);
-  handle_request(*p, data, bytes);
+  MsgType t{};
+  const bool typed = wire::peek_type(head, hlen, &t);
+  if (typed && t == MsgType::Answer) return handle_answer(*p, head, hlen, body, blen);
+  if (typed && t == MsgType::Ack) {
+    if (blen == 0) return handle_ack(*p, head, hlen);
+    std::vector<uint8_t> m(head, head + hlen);
+    m.insert(m.end(), body, body + blen);
+    return handle_ack(*p, m.data(), m.size());
+  }
+  handle_request(*p, head, hlen, body, blen);
 }
 
-void MsgTransport::handle_answer(Peer& p, const uint8_t* data, size_t bytes) {
+void MsgTransport::handle_ack(Peer& p, const uint8_t* data, size_t bytes) {
+  wire::Ack a;
+  if (std::string e = wire::decode(data, bytes, &a); !e.empty()) return reject(p.name, "malformed ack", e);
+  if (a.node != p.node) return reject(p.name, "wrong node", "ack from node " + std::to_string(a.node));
+  apply_ack(p, a.ack);
+}
+
+void MsgTransport::apply_ack(Peer& p, uint64_t ack) {
+  if (!ordered_ || ack == 0) return;
+  if (ack > p.tx_seq)
+    return reject(p.name, "bad ack", "ack of request " + std::to_string(ack) + ", only " +
+                                         std::to_string(p.tx_seq) + " were sent");
+  while (!p.unacked.empty() && p.unacked.front().first <= ack && !p.lost) {
+    const uint64_t id = p.unacked.front().second;
+    p.unacked.pop_front();
+    // Gone when answered already (a failure) or failed with the peer.
+    auto it = pieces_.find(id);
+    if (it == pieces_.end() || ops_[it->second.first].peer != p.id) continue;
+    const auto [place, piece] = it->second;
+    pieces_.erase(it);
+    finish_piece(place, piece, Status::Ok);
+  }
+}
+
+void MsgTransport::owe_ack(Peer& p) {
+  if (p.ack_owed) return;
+  p.ack_owed = true;
+  p.ack_owed_at = polls_;
+  if (!p.ack_listed) ack_owed_.push_back(p.id);
+  p.ack_listed = true;
+}
+
+void MsgTransport::send_owed_acks() {
+  // An ack owed since an earlier poll() goes now: the application had its
+  // chance to post a request that carries it (a ping-pong's reply).
+  size_t keep = 0;
+  for (uint32_t id : ack_owed_) {
+    Peer& p = *peer_at(id);
+    if (!p.ack_owed || p.lost) {
+      p.ack_owed = p.ack_listed = false;
+      continue;
+    }
+    if (p.ack_owed_at == polls_) {
+      ack_owed_[keep++] = id;
+      continue;
+    }
+    auto o = std::make_unique<Out>();
+    wire::encode(wire::Ack{node_, p.rx_next - 1}, o->hdr);
+    o->hdr_len = wire::kAckBytes;
+    p.ack_owed = p.ack_listed = false;
+    enqueue(p, std::move(o));
+    flush(p);
+  }
+  ack_owed_.resize(keep);
+}
+
+void MsgTransport::handle_answer(Peer& p, const uint8_t* head, size_t hlen, const uint8_t* body, size_t blen) {
   wire::Answer a;
-  if (std::string e = wire::decode(data, bytes, &a); !e.empty()) return reject(p.name, "malformed answer", e);
+  if (std::string e = wire::decode(head, hlen, body, blen, &a); !e.empty())
+    return reject(p.name, "malformed answer", e);
   if (a.node != p.node) return reject(p.name, "wrong node", "answer from node " + std::to_string(a.node));
   auto it = pieces_.find(a.op_id);
   if (it == pieces_.end() || ops_[it->second.first].peer != p.id)

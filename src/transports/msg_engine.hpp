@@ -27,6 +27,14 @@
 // A fault while copying is RemoteAccess (RemoteOperation for GPU memory).
 // Answers are applied only when they name an operation in flight to the
 // peer they came from; anything else is dropped and logged.
+// Acknowledgements (ordered() channels): a put, signal or put_signal that
+// succeeded is not answered on its own: the target owes the requester a
+// cumulative ack (msg_wire.hpp), which rides in the ack field of its next
+// request to that peer or, when none was queued by then, goes as an Ack
+// message from the target's next poll() (so a ping-pong costs one message
+// per direction, and a stream of puts one ack per target poll). Failures,
+// gets and atomics are answered at once, ahead of any later ack. An ack
+// beyond what was sent is dropped and logged ("bad ack").
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -62,6 +70,19 @@ uint64_t random_node_id();  // non-zero
 
 struct Registry;  // msg_target.cpp
 
+// The clock of operation deadlines: CLOCK_MONOTONIC_COARSE (a few ms of
+// resolution, fine for timeouts of 10 s) because poll() reads it on every
+// call and the precise clock costs ~90 ns a read on a VM, ~10% of a 1 us
+// round trip.
+struct CoarseClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<CoarseClock>;
+  static constexpr bool is_steady = true;
+  static time_point now() noexcept;
+};
+
 class MsgTransport final : public Transport, private ChannelEvents {
  public:
   MsgTransport(std::unique_ptr<Channel> ch, uint64_t node, MsgOptions opt);
@@ -91,7 +112,7 @@ class MsgTransport final : public Transport, private ChannelEvents {
   // For tests and diagnostics: how many messages were rejected or dropped
   // with a reason starting with `reason` ("unknown key", "out of bounds",
   // "no access", "unaligned", "malformed", "stranger", "sequence",
-  // "unknown op", "wrong node"), all peers together.
+  // "unknown op", "wrong node", "bad ack", "malformed ack"), all peers together.
   uint64_t rejected(const std::string& reason) const;
   Channel& channel() { return *ch_; }
   size_t payload_limit() const { return piece_; }  // largest put / get piece
@@ -107,6 +128,7 @@ class MsgTransport final : public Transport, private ChannelEvents {
 
   // ChannelEvents
   void on_message(uint32_t peer, const uint8_t* data, size_t bytes) override;
+  void on_message_parts(uint32_t peer, const uint8_t* head, size_t hlen, const uint8_t* body, size_t blen) override;
   void on_stranger(std::string_view who, const uint8_t* data, size_t bytes) override;
   void on_sent(uint64_t token, bool ok) override;
   void on_peer_lost(uint32_t peer, const std::string& why) override;
@@ -122,9 +144,14 @@ class MsgTransport final : public Transport, private ChannelEvents {
   void complete(uint32_t slot);
   void fail_peer(Peer& p, Status st, const std::string& why);
   void check_deadlines();
-  void handle_request(Peer& p, const uint8_t* data, size_t bytes);
+  // A message is head ++ body (body empty when it came in one piece).
+  void handle_request(Peer& p, const uint8_t* head, size_t hlen, const uint8_t* body, size_t blen);
   void execute(Peer& p, const wire::Request& r);
-  void handle_answer(Peer& p, const uint8_t* data, size_t bytes);
+  void handle_answer(Peer& p, const uint8_t* head, size_t hlen, const uint8_t* body, size_t blen);
+  void handle_ack(Peer& p, const uint8_t* data, size_t bytes);
+  void apply_ack(Peer& p, uint64_t ack);  // completes p.unacked up to `ack`
+  void owe_ack(Peer& p);
+  void send_owed_acks();
   void answer(Peer& p, const wire::Request& r, Status st, uint64_t old, std::vector<uint8_t> data);
   void reject(const std::string& peer, const std::string& reason, const std::string& detail);
   bool local_gpu(const void* p, uint64_t n) const;
@@ -133,7 +160,7 @@ class MsgTransport final : public Transport, private ChannelEvents {
   uint64_t node_;
   MsgOptions opt_;
   size_t piece_;  // payload bytes per message
-  bool ordered_;
+  bool ordered_;  // also: puts, signals and put_signals are acknowledged cumulatively
   std::shared_ptr<Registry> reg_;
 
   // Peers: chunked storage so connect() can grow it while poll() reads.
@@ -151,11 +178,13 @@ class MsgTransport final : public Transport, private ChannelEvents {
   std::unordered_map<uint64_t, std::unique_ptr<Out>> in_channel_;       // token -> message the channel holds
   std::deque<Completion> ready_;
   struct Deadline {
-    std::chrono::steady_clock::time_point at;
+    CoarseClock::time_point at;
     uint32_t place, gen;
   };
   std::deque<Deadline> deadlines_;  // in posting order: the front expires first
   std::vector<uint32_t> pending_;   // peers with queued messages
+  std::vector<uint32_t> ack_owed_;  // peers that may be owed an ack (Peer::ack_owed says)
+  uint64_t polls_ = 0;              // poll() calls so far
   size_t outstanding_ = 0;
   uint64_t next_id_ = 1;
 

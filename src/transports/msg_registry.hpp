@@ -60,6 +60,7 @@ struct MsgTransport::Out {
   size_t len = 0;
   std::vector<uint8_t> owned;  // staged GPU data, answer data
   bool is_answer = false;
+  bool is_request = false;     // carries the ack field, filled in when queued
 };
 
 struct MsgTransport::Peer {
@@ -73,6 +74,12 @@ struct MsgTransport::Peer {
   size_t answers_queued = 0;
   bool pending = false;
   std::map<uint64_t, std::vector<uint8_t>> held;  // !ordered(): early requests by sequence number
+  // Requester: requests sent that an ack completes, as (seq, op id), in seq order.
+  std::deque<std::pair<uint64_t, uint64_t>> unacked;
+  // Target: an ack of rx_next - 1 is owed since poll number ack_owed_at.
+  bool ack_owed = false;
+  bool ack_listed = false;  // in MsgTransport::ack_owed_
+  uint64_t ack_owed_at = 0;
 };
 
 

@@ -107,9 +107,9 @@ void MsgTransport::reject(const std::string& peer, const std::string& reason, co
               static_cast<unsigned long long>(n), peer.c_str(), reason.c_str());
 }
 
-void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes) {
+void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes, const uint8_t* body, size_t blen) {
   wire::Request r;
-  if (std::string e = wire::decode(data, bytes, &r); !e.empty()) {
+  if (std::string e = wire::decode(data, bytes, body, blen, &r); !e.empty()) {
     // A request whose op id can be read is answered, so its requester is not left waiting.
     reject(p.name, "malformed", e);
     if (bytes >= 32) {
@@ -125,6 +125,11 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes) {
     return answer(p, r, Status::RemoteInvalidRequest, 0, {});
   }
   if (r.seq == p.rx_next) {
+    // The ack first, while rx_next still says what was executed: completing
+    // an operation may release a request (a split put_signal's signal) whose
+    // ack field must not cover this request before it ran.
+    apply_ack(p, r.ack);
+    if (p.lost) return;
     ++p.rx_next;
     execute(p, r);
     // Requests that arrived early run now, in order.
@@ -133,6 +138,8 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes) {
       p.held.erase(p.held.begin());
       wire::Request h;
       if (wire::decode(m.data(), m.size(), &h).empty()) {
+        apply_ack(p, h.ack);
+        if (p.lost) return;
         ++p.rx_next;
         execute(p, h);
       }
@@ -140,7 +147,9 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes) {
     return;
   }
   if (r.seq > p.rx_next && !ordered_ && p.held.size() < opt_.max_held && !p.held.count(r.seq)) {
-    p.held.emplace(r.seq, std::vector<uint8_t>(data, data + bytes));
+    std::vector<uint8_t> m(data, data + bytes);
+    if (blen) m.insert(m.end(), body, body + blen);
+    p.held.emplace(r.seq, std::move(m));
     return;
   }
   reject(p.name, "sequence", "request " + std::to_string(r.seq) + " while expecting " + std::to_string(p.rx_next));
@@ -250,6 +259,9 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
                                 " faulted");
     old = 0;
   }
+  if (ordered_ && st == Status::Ok &&
+      (r.type == MsgType::Put || r.type == MsgType::PutSignal || r.type == MsgType::Signal))
+    return owe_ack(p);  // acknowledged cumulatively (msg_engine.hpp)
   answer(p, r, st, old, std::move(out));
 }
 

@@ -31,6 +31,7 @@ const char* type_name(MsgType t) {
     case MsgType::Signal: return "signal";
     case MsgType::PutSignal: return "put_signal";
     case MsgType::Answer: return "answer";
+    case MsgType::Ack: return "ack";
   }
   return "unknown";
 }
@@ -51,6 +52,16 @@ void encode_header(const Request& r, uint8_t* o) {
   put(o, 56, r.operand);
   put(o, 64, r.compare);
   put(o, 72, r.sig_raddr);
+  put(o, kAckOffset, r.ack);
+}
+
+void encode(const Ack& a, uint8_t* o) {
+  std::memset(o, 0, kAckBytes);
+  put<uint32_t>(o, 0, kMagic);
+  o[4] = kVersion;
+  o[5] = static_cast<uint8_t>(MsgType::Ack);
+  put(o, 8, a.node);
+  put(o, 16, a.ack);
 }
 
 void encode_header(const Answer& a, uint8_t* o) {
@@ -84,8 +95,12 @@ static std::string check_prefix(const uint8_t* m, size_t n, size_t header) {
   return {};
 }
 
-std::string decode(const uint8_t* m, size_t n, Request* out) {
+std::string decode(const uint8_t* m, size_t n, Request* out) { return decode(m, n, nullptr, 0, out); }
+
+std::string decode(const uint8_t* m, size_t n, const uint8_t* b, size_t bn, Request* out) {
   if (std::string e = check_prefix(m, n, kRequestBytes); !e.empty()) return e;
+  if (bn && n != kRequestBytes) return "split message: a first part of " + num(n) + " bytes, not the header's " +
+                                       num(kRequestBytes);
   if (!is_request(m[5])) return "bad type " + num(m[5]) + " for a request";
   Request r;
   r.type = static_cast<MsgType>(m[5]);
@@ -101,6 +116,7 @@ std::string decode(const uint8_t* m, size_t n, Request* out) {
   r.operand = get<uint64_t>(m, 56);
   r.compare = get<uint64_t>(m, 64);
   r.sig_raddr = get<uint64_t>(m, 72);
+  r.ack = get<uint64_t>(m, kAckOffset);
   const char* tn = type_name(r.type);
   const bool sig = r.type == MsgType::Signal || r.type == MsgType::PutSignal;
   if (sig ? (r.sig_op != 1 && r.sig_op != 2) : r.sig_op != 0)
@@ -115,11 +131,11 @@ std::string decode(const uint8_t* m, size_t n, Request* out) {
   if (r.type != MsgType::CompareSwap && r.compare != 0) return std::string(tn) + ": compare value set";
   if ((is_atomic(r.type) || r.type == MsgType::Signal) && r.length != 8)
     return std::string(tn) + ": length " + num(r.length) + ", not 8";
-  const size_t body = n - kRequestBytes;
+  const size_t body = bn ? bn : n - kRequestBytes;
   if (has_payload(r.type)) {
     if (r.length != body)
       return std::string(tn) + ": length " + num(r.length) + " but " + num(body) + " payload bytes";
-    r.payload = body ? m + kRequestBytes : nullptr;
+    r.payload = body ? (bn ? b : m + kRequestBytes) : nullptr;
   } else if (body != 0) {
     return std::string(tn) + ": " + num(body) + " payload bytes, expected none";
   }
@@ -127,8 +143,12 @@ std::string decode(const uint8_t* m, size_t n, Request* out) {
   return {};
 }
 
-std::string decode(const uint8_t* m, size_t n, Answer* out) {
+std::string decode(const uint8_t* m, size_t n, Answer* out) { return decode(m, n, nullptr, 0, out); }
+
+std::string decode(const uint8_t* m, size_t n, const uint8_t* b, size_t bn, Answer* out) {
   if (std::string e = check_prefix(m, n, kAnswerBytes); !e.empty()) return e;
+  if (bn && n != kAnswerBytes) return "split message: a first part of " + num(n) + " bytes, not the header's " +
+                                      num(kAnswerBytes);
   if (m[5] != static_cast<uint8_t>(MsgType::Answer)) return "bad type " + num(m[5]) + " for an answer";
   if (m[6] != 0 || m[7] != 0 || get<uint32_t>(m, 36) != 0) return "answer: reserved bytes not 0";
   Answer a;
@@ -143,11 +163,24 @@ std::string decode(const uint8_t* m, size_t n, Answer* out) {
   if (a.status != Status::Ok && a.status != Status::RemoteAccess && a.status != Status::RemoteInvalidRequest &&
       a.status != Status::RemoteOperation)
     return "answer: bad status " + std::to_string(st);
-  const size_t body = n - kAnswerBytes;
+  const size_t body = bn ? bn : n - kAnswerBytes;
   if (a.status != Status::Ok && (a.length != 0 || a.old_value != 0))
     return "answer: a failure with length " + num(a.length) + " / old value set";
   if (a.length != body) return "answer: length " + num(a.length) + " but " + num(body) + " payload bytes";
-  a.payload = body ? m + kAnswerBytes : nullptr;
+  a.payload = body ? (bn ? b : m + kAnswerBytes) : nullptr;
+  *out = a;
+  return {};
+}
+
+std::string decode(const uint8_t* m, size_t n, Ack* out) {
+  if (std::string e = check_prefix(m, n, kAckBytes); !e.empty()) return e;
+  if (m[5] != static_cast<uint8_t>(MsgType::Ack)) return "bad type " + num(m[5]) + " for an ack";
+  if (m[6] != 0 || m[7] != 0) return "ack: reserved bytes not 0";
+  if (n != kAckBytes) return "ack: " + num(n) + " bytes, not " + num(kAckBytes);
+  Ack a;
+  a.node = get<uint64_t>(m, 8);
+  a.ack = get<uint64_t>(m, 16);
+  if (a.ack == 0) return "ack: ack 0";
   *out = a;
   return {};
 }

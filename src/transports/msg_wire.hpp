@@ -8,10 +8,19 @@
 //    8 u64 node (sender)   16 u64 seq (per sender and target, from 1)
 //   24 u64 op id   32 u32 key   36 u32 sig_key   40 u64 raddr   48 u64 length
 //   56 u64 operand (add, swap or signal value)   64 u64 compare   72 u64 sig_raddr
+//   80 u64 ack: the highest sequence number of the receiver's own requests that
+//      the sender has executed when it queued this request (0: none), i.e. an
+//      acknowledgement piggybacked on the reverse direction (see Ack)
 // Answer (kAnswerBytes header, then `length` bytes of Get data):
 //    0 u32 magic   4 u8 version   5 u8 type = Answer   6 u16 0
 //    8 u64 node (answerer)   16 u64 seq (of the request)   24 u64 op id
 //   32 i32 status (kinet::Status)   36 u32 0   40 u64 old value   48 u64 length
+// Ack (kAckBytes, nothing after): a cumulative acknowledgement, sent when no
+// request to that peer carried it:
+//    0 u32 magic   4 u8 version   5 u8 type = Ack   6 u16 0   8 u64 node   16 u64 ack (non-zero)
+// An ack of N says: every request up to sequence number N was executed; those
+// of them that were put, signal or put_signal and succeeded get no answer of
+// their own (gets, atomics and every failure are answered, ahead of the ack).
 // Fields an operation does not use must be zero: a decoder accepts one
 // encoding per message, so a fuzzer can check re-encoding gives the same bytes.
 #pragma once
@@ -24,13 +33,15 @@
 namespace kinet::transport::wire {
 
 inline constexpr uint32_t kMagic = 0x544e4b31;  // "1KNT"
-inline constexpr uint8_t kVersion = 1;
-inline constexpr size_t kRequestBytes = 80;
+inline constexpr uint8_t kVersion = 2;
+inline constexpr size_t kRequestBytes = 88;
 inline constexpr size_t kAnswerBytes = 56;
+inline constexpr size_t kAckBytes = 24;
+inline constexpr size_t kAckOffset = 80;  // of the request's ack field
 
 enum class MsgType : uint8_t {
   Put = 1, Get = 2, FetchAdd = 3, CompareSwap = 4, Signal = 5, PutSignal = 6,
-  Answer = 0x81,
+  Answer = 0x81, Ack = 0x82,
 };
 const char* type_name(MsgType t);  // "put", ..., "answer"; "unknown" otherwise
 
@@ -41,6 +52,7 @@ struct Request {
   uint32_t key = 0, sig_key = 0;
   uint64_t raddr = 0, length = 0;  // Put / PutSignal: payload bytes; Get: bytes asked; atomics, Signal: 8
   uint64_t operand = 0, compare = 0, sig_raddr = 0;
+  uint64_t ack = 0;                  // any value: the engine checks it against what it sent
   const uint8_t* payload = nullptr;  // decode: points into the message
 };
 
@@ -52,9 +64,14 @@ struct Answer {
   const uint8_t* payload = nullptr;  // decode: points into the message
 };
 
+struct Ack {
+  uint64_t node = 0, ack = 0;
+};
+
 // Writes the header only (payload travels as its own iovec).
 void encode_header(const Request& r, uint8_t out[kRequestBytes]);
 void encode_header(const Answer& a, uint8_t out[kAnswerBytes]);
+void encode(const Ack& a, uint8_t out[kAckBytes]);
 
 // What a message is, from its first bytes: Answer, a request type, or
 // nothing (false) when shorter than 8 bytes or not this magic / version.
@@ -73,5 +90,11 @@ bool peek_type(const uint8_t* m, size_t n, MsgType* t);
 // length zero unless Ok, payload exactly `length` bytes.
 std::string decode(const uint8_t* m, size_t n, Request* out);
 std::string decode(const uint8_t* m, size_t n, Answer* out);
+// The same for a message received in two parts, header ++ body (bn > 0):
+// the first part must be exactly the header; the payload is `b`.
+std::string decode(const uint8_t* m, size_t n, const uint8_t* b, size_t bn, Request* out);
+std::string decode(const uint8_t* m, size_t n, const uint8_t* b, size_t bn, Answer* out);
+// Ack rules: the magic, version, type; reserved zero; ack non-zero; exactly kAckBytes.
+std::string decode(const uint8_t* m, size_t n, Ack* out);
 
 }  // namespace kinet::transport::wire

@@ -201,13 +201,24 @@ struct Hostile {
     m.insert(m.end(), payload.begin(), payload.end());
     return m;
   }
-  // Answers received (polls the target first).
+  std::vector<uint64_t> acks;  // Ack messages received, in order
+  // Answers received (polls the target twice first: an owed ack goes from
+  // the poll after the one that executed the request; acks land in `acks`).
   std::vector<wire::Answer> answers(MsgTransport& t) {
     Completion c[4];
+    t.poll(c, 0);
     t.poll(c, 0);
     raw->progress(got);
     std::vector<wire::Answer> out;
     for (auto& m : got.msgs) {
+      wire::MsgType ty{};
+      if (wire::peek_type(m.data(), m.size(), &ty) && ty == wire::MsgType::Ack) {
+        wire::Ack k;
+        EXPECT_EQ(wire::decode(m.data(), m.size(), &k), "");
+        EXPECT_EQ(k.node, t.node());
+        acks.push_back(k.ack);
+        continue;
+      }
       wire::Answer a;
       EXPECT_EQ(wire::decode(m.data(), m.size(), &a), "");
       out.push_back(a);
@@ -249,7 +260,7 @@ TEST(TransportHostile, CraftedRequestsTouchNothing) {
     expect_malformed += 2, expect_answers += 2;
   }
   // Bad fields, one at a time: (offset, value).
-  const std::pair<size_t, uint8_t> bad[] = {{0, 0x00}, {4, 2}, {5, 0}, {5, 7}, {5, 0x81}, {6, 1},
+  const std::pair<size_t, uint8_t> bad[] = {{0, 0x00}, {4, 1}, {5, 0}, {5, 7}, {5, 0x81}, {6, 1},
                                             {7, 1},    {24, 0}, {32, 0}, {36, 1}, {56, 1}, {64, 1}, {72, 1}};
   for (auto [off, v] : bad) {
     auto m = good;
@@ -280,12 +291,14 @@ TEST(TransportHostile, CraftedRequestsTouchNothing) {
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].status, Status::RemoteInvalidRequest);
   EXPECT_EQ(t->rejected("wrong node"), 1u);
-  // The sequence: the valid put with seq 1 runs, its replay doesn't.
+  // The sequence: the valid put with seq 1 runs (acknowledged, not
+  // answered), its replay doesn't.
   h.seq = 0;
+  ASSERT_TRUE(h.acks.empty());
   h.send(h.request(put, pay));
   a = h.answers(*t);
-  ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].status, Status::Ok);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(h.acks, std::vector<uint64_t>{1});
   EXPECT_EQ(0, std::memcmp(g.mem(), pay.data(), 16));
   std::memset(g.mem(), 0, 16);
   h.seq = 0;
@@ -338,6 +351,39 @@ TEST(TransportHostile, AnswersToUnknownOpsAreIgnored) {
   Completion done = p.one();  // b answers the real one
   EXPECT_EQ(done.status, Status::Ok);
   EXPECT_EQ(done.cookie, 1u);
+}
+
+TEST(TransportHostile, AcksBeyondWhatWasSentAreRejected) {
+  auto a = loop_transport("rank A");
+  Hostile h;
+  const PeerId hp = h.join(*a);
+  RemoteKey key;
+  key.provider = RemoteKey::kTransport, key.node = h.node, key.rkey = 5;
+  const uint32_t k = a->import_key(hp, key);
+  uint64_t v = 1;
+  ASSERT_EQ(a->put(hp, &v, 8, k, 0x1000, 1), Status::Ok);  // request 1 to the hostile peer
+  auto send_ack = [&](uint64_t node, uint64_t ack, int reserved) {
+    std::vector<uint8_t> m(wire::kAckBytes);
+    wire::encode(wire::Ack{node, ack}, m.data());
+    m[7] = static_cast<uint8_t>(reserved);
+    h.send(m);
+  };
+  send_ack(h.node, 2, 0);      // request 2 was never sent
+  send_ack(h.node, 1, 1);      // malformed
+  send_ack(h.node ^ 1, 1, 0);  // another node
+  Completion c[4];
+  EXPECT_EQ(a->poll(c, 4), 0u);
+  EXPECT_EQ(a->rejected("bad ack"), 1u);
+  EXPECT_EQ(a->rejected("malformed ack"), 1u);
+  EXPECT_EQ(a->rejected("wrong node"), 1u);
+  EXPECT_EQ(a->outstanding(), 1u);
+  send_ack(h.node, 1, 0);  // the real one
+  ASSERT_EQ(a->poll(c, 4), 1u);
+  EXPECT_EQ(c[0].cookie, 1u);
+  EXPECT_EQ(c[0].status, Status::Ok);
+  send_ack(h.node, 1, 0);  // again: nothing left to complete, nothing happens
+  EXPECT_EQ(a->poll(c, 4), 0u);
+  EXPECT_EQ(a->rejected("bad ack"), 1u);
 }
 
 TEST(TransportHostile, FloodIsRejectedAndTheTargetStillServes) {

@@ -38,7 +38,17 @@ inline std::string check_wire(const uint8_t* p, size_t n, int* accepted) {
   } else if (why.find('\n') != std::string::npos) {
     return "answer reason spans lines: " + why;
   }
-  if (*accepted == 2) return "accepted as both a request and an answer";
+  wire::Ack k;
+  why = wire::decode(p, n, &k);
+  if (why.empty()) {
+    ++*accepted;
+    std::vector<uint8_t> again(wire::kAckBytes);
+    wire::encode(k, again.data());
+    if (again.size() != n || std::memcmp(again.data(), p, n) != 0) return "ack accepted but not canonical";
+  } else if (why.find('\n') != std::string::npos) {
+    return "ack reason spans lines: " + why;
+  }
+  if (*accepted > 1) return "accepted as more than one of request, answer, ack";
   return "";
 }
 

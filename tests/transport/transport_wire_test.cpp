@@ -46,6 +46,7 @@ std::vector<Bytes> seeds() {
     if (t == MsgType::CompareSwap) r.compare = 10;
     if (t == MsgType::Signal || t == MsgType::PutSignal) r.sig_op = 1;
     if (t == MsgType::PutSignal) r.sig_key = 0x66, r.sig_raddr = 0x2000;
+    if (t == MsgType::Put || t == MsgType::Signal) r.ack = 0x77;  // an ack rides along
     s.push_back(enc(r, data ? p100 : Bytes{}));
   }
   wire::Answer a;
@@ -55,6 +56,9 @@ std::vector<Bytes> seeds() {
   s.push_back(enc(a, p100));
   a.length = 0, a.old_value = 0, a.status = Status::RemoteAccess;
   s.push_back(enc(a));
+  Bytes k(wire::kAckBytes);
+  wire::encode(wire::Ack{5, 6}, k.data());
+  s.push_back(k);
   return s;
 }
 
@@ -72,15 +76,15 @@ TEST(TransportWire, RequestFieldRules) {
   const Bytes good = enc(put, Bytes(4, 0));
   EXPECT_EQ(req_why(good), "");
   EXPECT_EQ(req_why(Bytes(good.begin(), good.begin() + 7)), "short message: 7 bytes, less than the 8-byte prefix");
-  EXPECT_EQ(req_why(Bytes(good.begin(), good.begin() + 79)), "short message: 79 bytes, less than the 80-byte header");
+  EXPECT_EQ(req_why(Bytes(good.begin(), good.begin() + 87)), "short message: 87 bytes, less than the 88-byte header");
   Bytes m = good;
   m.pop_back();
   EXPECT_EQ(req_why(m), "put: length 4 but 3 payload bytes");
   m = good;
   m.push_back(0);
   EXPECT_EQ(req_why(m), "put: length 4 but 5 payload bytes");
-  m = good, m[4] = 2;
-  EXPECT_EQ(req_why(m), "unsupported version 2 (this side speaks 1)");
+  m = good, m[4] = 1;
+  EXPECT_EQ(req_why(m), "unsupported version 1 (this side speaks 2)");
   m = good, m[5] = 7;
   EXPECT_EQ(req_why(m), "bad type 7 for a request");
   m = good, m[6] = 1;
@@ -123,6 +127,40 @@ TEST(TransportWire, AnswerFieldRules) {
   EXPECT_EQ(why(enc(a)), "answer: length 1 but 0 payload bytes");
   a.length = 0, a.op_id = 0;
   EXPECT_EQ(why(enc(a)), "answer: op id 0");
+}
+
+TEST(TransportWire, RequestCarriesItsAck) {
+  wire::Request put;
+  put.type = MsgType::Put, put.node = 1, put.seq = 1, put.op_id = 7, put.key = 9, put.raddr = 64, put.length = 0;
+  put.ack = 0x0102030405060708;
+  const Bytes m = enc(put);
+  EXPECT_EQ(0, std::memcmp(m.data() + wire::kAckOffset, "\x08\x07\x06\x05\x04\x03\x02\x01", 8));
+  wire::Request r;
+  ASSERT_EQ(wire::decode(m.data(), m.size(), &r), "");
+  EXPECT_EQ(r.ack, put.ack);
+}
+
+TEST(TransportWire, AckFieldRules) {
+  auto why = [](const Bytes& m) {
+    wire::Ack a;
+    return wire::decode(m.data(), m.size(), &a);
+  };
+  Bytes good(wire::kAckBytes);
+  wire::encode(wire::Ack{0x11, 0x22}, good.data());
+  wire::Ack k;
+  ASSERT_EQ(wire::decode(good.data(), good.size(), &k), "");
+  EXPECT_EQ(k.node, 0x11u);
+  EXPECT_EQ(k.ack, 0x22u);
+  EXPECT_EQ(why(Bytes(good.begin(), good.begin() + 23)), "short message: 23 bytes, less than the 24-byte header");
+  Bytes m = good;
+  m.push_back(0);
+  EXPECT_EQ(why(m), "ack: 25 bytes, not 24");
+  m = good, m[5] = 0x81;
+  EXPECT_EQ(why(m), "bad type 129 for an ack");
+  m = good, m[7] = 1;
+  EXPECT_EQ(why(m), "ack: reserved bytes not 0");
+  m = good, std::memset(m.data() + 16, 0, 8);
+  EXPECT_EQ(why(m), "ack: ack 0");
 }
 
 TEST(TransportWire, Fuzz) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -20,7 +21,8 @@ namespace {
 
 constexpr uint32_t kAddrMagic = 0x5843554b;  // "KUCX" little-endian
 constexpr uint32_t kAmMagic = 0x4d41554b;    // "KUAM"
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 1;    // of the address
+constexpr uint16_t kAmVersion = 2;  // of the AM header (2: the message prefix)
 constexpr size_t kAddrHeader = 24;
 constexpr unsigned kAmId = 0x4b;
 // How far ahead of the next expected message a peer's sequence number may
@@ -30,15 +32,20 @@ constexpr uint64_t kSeqWindow = 1u << 16;
 constexpr size_t kMaxStrangers = 1024;
 
 // The AM header of every message (host order: both sides run this code on
-// little-endian machines; the address header is explicit).
+// little-endian machines; the address header is explicit), followed in the
+// AM header by `prefix` bytes of the message: the first iov entry of a
+// two-part send (the engine's header), so the payload travels as one
+// contiguous buffer (UCX's zero-copy rendezvous; an iov datatype falls back
+// to copied fragments).
 struct AmHeader {
   uint32_t magic;
   uint16_t version;
-  uint16_t reserved;
+  uint16_t prefix;
   uint64_t node;
   uint64_t seq;
 };
 static_assert(sizeof(AmHeader) == 24);
+constexpr size_t kMaxPrefix = 128;
 
 void put_le(uint8_t* p, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -68,7 +75,10 @@ class UcxChannel final : public Channel {
   // A received message waiting for its turn (or, rendezvous, for its data).
   struct Inbound {
     UcxChannel* self = nullptr;
-    std::unique_ptr<uint8_t[]> buf;  // rendezvous data (a pooled kMaxMessage buffer)
+    uint8_t head[kMaxPrefix];       // the AM header's message prefix
+    size_t head_len = 0;
+    std::unique_ptr<uint8_t[]> buf;  // rendezvous data (a pooled buffer of buf_cap bytes)
+    size_t buf_cap = 0;
     std::vector<uint8_t> copy;       // eager data UCX did not let us hold
     const uint8_t* data = nullptr;  // what is delivered
     size_t len = 0;
@@ -93,7 +103,8 @@ class UcxChannel final : public Channel {
   };
   struct SendSlot {
     UcxChannel* self = nullptr;
-    AmHeader hdr{};
+    alignas(8) uint8_t hdr[sizeof(AmHeader) + kMaxPrefix];
+    size_t hdr_len = 0;
     std::vector<ucp_dt_iov_t> iov;
     uint64_t token = 0;
     uint32_t peer = 0;
@@ -113,17 +124,22 @@ class UcxChannel final : public Channel {
   static void error_cb(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   ucs_status_t on_am(const void* header, size_t hlen, void* data, size_t len, const ucp_am_recv_param_t* param);
-  // Takes the message into `in` (eager: hold or copy; rendezvous: queue the fetch).
-  ucs_status_t take(Inbound& in, void* data, size_t len, bool rndv, bool persistent);
+  // Takes the message into `in` (eager: hold or copy; rendezvous: queue the
+  // fetch); `head` is the AM header's message prefix.
+  ucs_status_t take(Inbound& in, const uint8_t* head, size_t hlen, void* data, size_t len, bool rndv,
+                    bool persistent);
   void lose(Peer& p, const std::string& why);
   void start_fetches();
   void close_lost_eps();
   void release(Inbound& in);
-  // Rendezvous buffers: kMaxMessage bytes each, reused (no zeroing, no page
-  // faults per message); at most kPoolMax kept.
-  std::unique_ptr<uint8_t[]> take_buffer();
-  static constexpr size_t kPoolMax = 32;
-  std::vector<std::unique_ptr<uint8_t[]>> pool_;
+  // Rendezvous buffers, reused (no zeroing; a fresh page costs a fault,
+  // which on a VM costs more than copying it): a pooled one that fits, else
+  // a new one of the message's size rounded up to 64 KiB. At most kPoolMax
+  // kept: as many as rendezvous messages in flight in a stream of the
+  // engine's usual window (64); a full pool drops its smallest.
+  void take_buffer(Inbound& in, size_t len);
+  static constexpr size_t kPoolMax = 64;
+  std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> pool_;
 
   std::shared_ptr<const Library> lib_;
   const Fns& f_;
@@ -138,12 +154,17 @@ class UcxChannel final : public Channel {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<uint64_t, uint32_t> by_node_;
   std::deque<Stranger> strangers_;
-  std::vector<std::pair<Inbound*, void*>> to_fetch_;  // rendezvous descriptors to fetch after progress
+  // Rendezvous descriptors not fetched yet, in arrival order: at most
+  // kPoolMax fetches run at once (each into its own buffer), so a stream of
+  // large messages reuses the pool instead of faulting in fresh buffers (a
+  // peer that stalls mid-transfer holds its slots until UCX ends the fetch).
+  std::deque<std::pair<Inbound*, void*>> to_fetch_;
   size_t fetching_ = 0;
   std::vector<SendSlot> slots_;
   std::vector<uint32_t> free_slots_;
   std::deque<Event> events_;
   std::vector<void*> closing_;  // ep close requests not yet complete
+  bool lost_pending_ = false;   // a peer was lost since close_lost_eps() last ran
 };
 
 UcxChannel::UcxChannel(std::shared_ptr<const Library> lib, uint64_t node, std::string name)
@@ -224,6 +245,7 @@ UcxChannel::~UcxChannel() {
     KINET_LOG(Warn, "ucx channel %s: %zu endpoint closes and %zu fetches still running after 2 s; destroying anyway",
               name_.c_str(), closing_.size(), fetching_);
   for (void* r : closing_) f_.request_free(r);
+  to_fetch_.clear();  // never started: the worker's destruction drops them
   for (auto& p : peers_)
     for (auto& [seq, in] : p->pending) release(*in);
   for (auto& st : strangers_) release(*st.msg);
@@ -303,9 +325,17 @@ bool UcxChannel::send(uint32_t peer, const iovec* iov, int n, uint64_t token) {
   if (free_slots_.empty()) return false;
   const uint32_t si = free_slots_.back();
   SendSlot& sl = slots_[si];
-  sl.hdr = {kAmMagic, kVersion, 0, node_, p.send_seq};
+  // Two parts with a small first one: that part rides in the AM header.
+  const bool prefixed = n == 2 && iov[0].iov_len > 0 && iov[0].iov_len <= kMaxPrefix && iov[1].iov_len > 0;
+  AmHeader h{kAmMagic, kAmVersion, static_cast<uint16_t>(prefixed ? iov[0].iov_len : 0), node_, p.send_seq};
+  std::memcpy(sl.hdr, &h, sizeof h);
+  sl.hdr_len = sizeof h;
+  if (prefixed) {
+    std::memcpy(sl.hdr + sizeof h, iov[0].iov_base, iov[0].iov_len);
+    sl.hdr_len += iov[0].iov_len;
+  }
   sl.iov.clear();
-  for (int i = 0; i < n; ++i)
+  for (int i = prefixed ? 1 : 0; i < n; ++i)
     if (iov[i].iov_len > 0) sl.iov.push_back({iov[i].iov_base, iov[i].iov_len});
   sl.token = token;
   sl.peer = peer;
@@ -323,7 +353,7 @@ bool UcxChannel::send(uint32_t peer, const iovec* iov, int n, uint64_t token) {
     buf = count ? sl.iov[0].buffer : nullptr;
     count = count ? sl.iov[0].length : 0;
   }
-  void* r = f_.am_send_nbx(p.ep, kAmId, &sl.hdr, sizeof sl.hdr, buf, count, &rp);
+  void* r = f_.am_send_nbx(p.ep, kAmId, sl.hdr, sl.hdr_len, buf, count, &rp);
   ++p.send_seq;
   if (r == nullptr) {
     events_.push_back({Event::Sent, token, peer, true, {}});
@@ -355,6 +385,7 @@ void UcxChannel::lose(Peer& p, const std::string& why) {
   if (p.lost) return;
   p.lost = true;
   events_.push_back({Event::Lost, 0, p.index, false, why});
+  lost_pending_ = true;
 }
 
 ucs_status_t UcxChannel::am_cb(void* arg, const void* header, size_t hlen, void* data, size_t len,
@@ -362,13 +393,14 @@ ucs_status_t UcxChannel::am_cb(void* arg, const void* header, size_t hlen, void*
   return static_cast<UcxChannel*>(arg)->on_am(header, hlen, data, len, param);
 }
 
-ucs_status_t UcxChannel::take(Inbound& in, void* data, size_t len, bool rndv, bool persistent) {
+ucs_status_t UcxChannel::take(Inbound& in, const uint8_t* head, size_t hlen, void* data, size_t len, bool rndv,
+                              bool persistent) {
   in.self = this;
   in.len = len;
+  if (hlen) std::memcpy(in.head, head, hlen);
+  in.head_len = hlen;
   if (rndv) {
-    in.buf = take_buffer();
-    in.data = in.buf.get();
-    to_fetch_.emplace_back(&in, data);
+    to_fetch_.emplace_back(&in, data);  // the buffer is taken when the fetch starts
     return UCS_INPROGRESS;
   }
   in.ready = true;
@@ -387,27 +419,28 @@ ucs_status_t UcxChannel::on_am(const void* header, size_t hlen, void* data, size
   const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
   const bool persistent = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA;
   AmHeader h{};
-  const bool well_formed = hlen == sizeof h && (std::memcpy(&h, header, sizeof h), h.magic == kAmMagic) &&
-                           h.version == kVersion;
+  const bool well_formed = hlen >= sizeof h && (std::memcpy(&h, header, sizeof h), h.magic == kAmMagic) &&
+                           h.version == kAmVersion && h.prefix <= kMaxPrefix && hlen == sizeof h + h.prefix;
+  const uint8_t* head = static_cast<const uint8_t*>(header) + sizeof h;
   auto it = well_formed ? by_node_.find(h.node) : by_node_.end();
   if (it == by_node_.end()) {
     // A stranger: reported with its data (the engine rejects it); an
     // oversized one is dropped here.
     std::string who = well_formed ? "UCX sender node " + hex64(h.node) + " (never added as a peer)"
                                   : "a UCX sender with a malformed " + std::to_string(hlen) + "-byte AM header";
-    if (len > kMaxMessage || strangers_.size() >= kMaxStrangers) {
+    if (len + h.prefix > kMaxMessage || strangers_.size() >= kMaxStrangers) {
       KINET_LOG(Warn, "ucx channel %s: dropped a %zu-byte message from %s (%zu strangers' messages undelivered)",
                 name_.c_str(), len, who.c_str(), strangers_.size());
       return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
     }
     strangers_.push_back({std::move(who), std::make_unique<Inbound>()});
-    return take(*strangers_.back().msg, data, len, rndv, persistent);
+    return take(*strangers_.back().msg, head, well_formed ? h.prefix : 0, data, len, rndv, persistent);
   }
   Peer& p = *peers_[it->second];
   if (p.lost) return rndv ? UCS_ERR_CANCELED : UCS_OK;
   std::string bad;
-  if (len > kMaxMessage)
-    bad = "sent a " + std::to_string(len) + "-byte message, more than " + std::to_string(kMaxMessage);
+  if (len + h.prefix > kMaxMessage)
+    bad = "sent a " + std::to_string(len + h.prefix) + "-byte message, more than " + std::to_string(kMaxMessage);
   else if (h.seq < p.recv_seq || h.seq - p.recv_seq >= kSeqWindow || p.pending.count(h.seq))
     bad = "sent message number " + std::to_string(h.seq) + " while " + std::to_string(p.recv_seq) + " was expected";
   if (!bad.empty()) {
@@ -416,7 +449,7 @@ ucs_status_t UcxChannel::on_am(const void* header, size_t hlen, void* data, size
   }
   auto& in = p.pending[h.seq];
   in = std::make_unique<Inbound>();
-  return take(*in, data, len, rndv, persistent);
+  return take(*in, head, h.prefix, data, len, rndv, persistent);
 }
 
 void UcxChannel::fetch_cb(void* request, ucs_status_t status, size_t, void* user_data) {
@@ -428,11 +461,11 @@ void UcxChannel::fetch_cb(void* request, ucs_status_t status, size_t, void* user
 }
 
 void UcxChannel::start_fetches() {
-  // Swap first: a fetch completing at once adds nothing, but keep the loop
-  // independent of callbacks.
-  std::vector<std::pair<Inbound*, void*>> todo;
-  todo.swap(to_fetch_);
-  for (auto [in, desc] : todo) {
+  while (!to_fetch_.empty() && fetching_ < kPoolMax) {
+    auto [in, desc] = to_fetch_.front();
+    to_fetch_.pop_front();
+    take_buffer(*in, in->len);
+    in->data = in->buf.get();
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
     rp.cb.recv_am = &UcxChannel::fetch_cb;
@@ -449,6 +482,7 @@ void UcxChannel::start_fetches() {
 }
 
 void UcxChannel::close_lost_eps() {
+  lost_pending_ = false;
   for (auto& p : peers_) {
     if (!p->lost || !p->ep) continue;
     ucp_request_param_t cp{};
@@ -468,14 +502,30 @@ void UcxChannel::close_lost_eps() {
 void UcxChannel::release(Inbound& in) {
   if (in.desc) f_.am_data_release(worker_, in.desc);
   in.desc = nullptr;
-  if (in.buf && pool_.size() < kPoolMax) pool_.push_back(std::move(in.buf));
+  if (!in.buf) return;
+  if (pool_.size() < kPoolMax) {
+    pool_.emplace_back(std::move(in.buf), in.buf_cap);
+    return;
+  }
+  auto small = std::min_element(pool_.begin(), pool_.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  if (small->second < in.buf_cap) *small = {std::move(in.buf), in.buf_cap};
 }
 
-std::unique_ptr<uint8_t[]> UcxChannel::take_buffer() {
-  if (pool_.empty()) return std::unique_ptr<uint8_t[]>(new uint8_t[kMaxMessage]);
-  auto b = std::move(pool_.back());
-  pool_.pop_back();
-  return b;
+void UcxChannel::take_buffer(Inbound& in, size_t len) {
+  // The smallest pooled buffer that fits.
+  auto best = pool_.end();
+  for (auto it = pool_.begin(); it != pool_.end(); ++it)
+    if (it->second >= len && (best == pool_.end() || it->second < best->second)) best = it;
+  if (best != pool_.end()) {
+    in.buf = std::move(best->first);
+    in.buf_cap = best->second;
+    *best = std::move(pool_.back());
+    pool_.pop_back();
+    return;
+  }
+  constexpr size_t kRound = 64 * 1024;
+  in.buf_cap = std::max<size_t>(kRound, (len + kRound - 1) / kRound * kRound);
+  in.buf.reset(new uint8_t[in.buf_cap]);
 }
 
 size_t UcxChannel::progress(ChannelEvents& ev) {
@@ -486,8 +536,10 @@ size_t UcxChannel::progress(ChannelEvents& ev) {
     bool& b;
     ~Reset() { b = false; }
   } reset{in_progress_};
-  for (int i = 0; i < 64 && f_.worker_progress(worker_) != 0; ++i) {
-  }
+  // One call: on tcp each is an epoll_wait (a syscall); calling again until
+  // it returns 0 put two more of them between a message's arrival and its
+  // delivery. The engine calls progress() again while events come.
+  f_.worker_progress(worker_);
   start_fetches();
   size_t n = 0;
   for (size_t i = 0; i < peers_.size(); ++i) {
@@ -501,7 +553,7 @@ size_t UcxChannel::progress(ChannelEvents& ev) {
         lose(p, "fetching a rendezvous message from " + p.name + " failed");
         break;
       }
-      ev.on_message(p.index, in->data, in->len);
+      ev.on_message_parts(p.index, in->head, in->head_len, in->data, in->len);
       release(*in);
       ++n;
     }
@@ -509,7 +561,11 @@ size_t UcxChannel::progress(ChannelEvents& ev) {
   while (!strangers_.empty() && strangers_.front().msg->ready) {
     Stranger st = std::move(strangers_.front());
     strangers_.pop_front();
-    if (!st.msg->failed) ev.on_stranger(st.who, st.msg->data, st.msg->len);
+    if (!st.msg->failed) {
+      std::vector<uint8_t> m(st.msg->head, st.msg->head + st.msg->head_len);
+      if (st.msg->len) m.insert(m.end(), st.msg->data, st.msg->data + st.msg->len);
+      ev.on_stranger(st.who, m.data(), m.size());
+    }
     release(*st.msg);
     ++n;
   }
@@ -520,7 +576,7 @@ size_t UcxChannel::progress(ChannelEvents& ev) {
     else ev.on_peer_lost(e.peer, e.why);
     ++n;
   }
-  close_lost_eps();
+  if (lost_pending_ || !closing_.empty()) close_lost_eps();
   return n;
 }
 

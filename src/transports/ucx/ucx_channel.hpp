@@ -6,8 +6,12 @@
 // (magic "KUCX", version, this side's node id, the UCP address length) + the
 // UCP worker address. add_peer() creates an endpoint with peer error handling:
 // UCX's error callback becomes on_peer_lost. send() is one ucp_am_send_nbx
-// with an iov datatype and a 24-byte AM header (magic, version, the sender's
-// node id, a per-peer sequence number): the receiver maps the node id to a
+// with a 24-byte AM header (magic, version, prefix length, the sender's node
+// id, a per-peer sequence number); a two-part message whose first part is
+// at most 128 bytes (the engine's header) carries that part in the AM header
+// after it and sends the second contiguously, so UCX can use its zero-copy
+// rendezvous; other multi-part messages use UCX's iov datatype. The
+// receiver hands the parts to on_message_parts(). It maps the node id to a
 // peer (unknown -> on_stranger) and delivers each peer's messages in sequence
 // order, so ordered() is true whatever UCX does (UCX documents ordering for
 // its tag API, not for AM, and a rendezvous message completes after eager
@@ -30,7 +34,9 @@
 
 namespace kinet::transport::ucx {
 
-inline constexpr size_t kMaxMessage = size_t{1} << 20;  // max_message(): the engine splits larger transfers
+// max_message(): 1 MiB of payload plus the engine's header (a 1 MiB put is
+// one message); the engine splits larger transfers.
+inline constexpr size_t kMaxMessage = (size_t{1} << 20) + 128;
 inline constexpr size_t kSendSlots = 1024;              // sends in flight before send() returns false
 
 // Opens a UCX channel named `name` with node id `node` (non-zero). Throws
