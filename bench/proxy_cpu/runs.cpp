@@ -1,0 +1,206 @@
+// kinet-proxy-cpu-bench — the measured runs (runs.hpp says what each one is).
+#include "runs.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include "kinet/proxy.hpp"
+
+namespace kpcb {
+using namespace kinet;
+using dev::Sharing;
+constexpr Sharing X = Sharing::Exclusive;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ns_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+void check(Status st, const char* what, const ProxyChannel& ch) {
+  if (st != Status::Ok)
+    throw std::runtime_error(std::string(what) + ": " + status_string(st) + " " + ch.last_error());
+}
+
+std::unique_ptr<Transport> open_loop(const std::string& name) {
+  TransportOptions o;
+  o.provider = "loop";
+  o.name = name;
+  return Transport::open(o);
+}
+
+// Proxy threads never sleep when idle (they yield), as in kinet-proxy-bench.
+ProxyConfig proxy_config(const Setup& s) {
+  ProxyConfig c;
+  c.batch = s.batch;
+  c.max_sleep = std::chrono::microseconds(0);
+  return c;
+}
+
+ProxyChannelConfig channel_config(uint32_t slots) {
+  ProxyChannelConfig c;
+  c.slots = slots;
+  c.posters = Posters::Host;
+  c.timeout = std::chrono::milliseconds(60000);  // 2 loaded cores: generous
+  return c;
+}
+}  // namespace
+
+Stream stream(const Setup& s, uint64_t per_poster, uint32_t rounds) {
+  auto t = open_loop("cpu bench nops");
+  Proxy proxy(*t, proxy_config(s));
+  std::vector<ProxyChannel*> chs;
+  for (uint32_t i = 0; i < s.posters; ++i) chs.push_back(&proxy.channel(0, channel_config(s.slots)));
+  Stream out;
+  uint64_t total_stalls = 0;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    std::atomic<uint32_t> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<uint64_t> stalls(s.posters, 0);
+    std::vector<Status> result(s.posters, Status::Ok);
+    std::vector<std::thread> ts;
+    for (uint32_t p = 0; p < s.posters; ++p)
+      ts.emplace_back([&, p] {
+        const dev::ProxyHandle h = chs[p]->handle();
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) cpu_relax();
+        uint64_t stalled = 0;
+        for (uint64_t i = 0; i < per_poster; ++i) {
+          uint64_t idx = 0;
+          Status st = dev::try_reserve<X>(h, 1, &idx);
+          if (st == Status::NoSpace) {
+            ++stalled;  // the consumer is behind: wait for it (bounded)
+            st = dev::reserve<X>(h, 1, &idx);
+          }
+          if (st != Status::Ok) {
+            result[p] = st;
+            return;
+          }
+          dev::publish<X>(h, idx, dev::make_nop(0));
+        }
+        stalls[p] = stalled;
+        result[p] = dev::quiet<X>(h);
+      });
+    while (ready.load() != s.posters) std::this_thread::yield();
+    const auto t0 = Clock::now();
+    go.store(true, std::memory_order_release);
+    for (auto& th : ts) th.join();
+    const double ns = ns_since(t0);
+    for (uint32_t p = 0; p < s.posters; ++p) check(result[p], "stream poster", *chs[p]);
+    for (uint64_t v : stalls) total_stalls += v;
+    out.ns_per_op.push_back(ns / (double(per_poster) * s.posters));
+  }
+  out.stall_share = double(total_stalls) / (double(per_poster) * s.posters * rounds);
+  return out;
+}
+
+std::vector<double> burst(const Setup& s, uint32_t rounds) {
+  auto t = open_loop("cpu bench burst");
+  Proxy proxy(*t, proxy_config(s));
+  ProxyChannel& ch = proxy.channel(0, channel_config(s.slots));
+  const dev::ProxyHandle h = ch.handle();
+  const uint32_t n = s.slots;
+  std::vector<double> out;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    uint64_t first = 0;
+    check(dev::reserve<X>(h, n, &first), "burst reserve", ch);
+    // The proxy waits at the unpublished first slot while the rest fill in.
+    for (uint32_t i = 1; i < n; ++i) dev::publish<X>(h, first + i, dev::make_nop(0));
+    const auto t0 = Clock::now();
+    dev::publish<X>(h, first, dev::make_nop(0));
+    check(dev::wait<X>(h, dev::Ticket{first + n, first}), "burst wait", ch);
+    out.push_back(ns_since(t0) / n);
+  }
+  return out;
+}
+
+std::vector<double> bare_round_trip(uint32_t iters, uint32_t rounds) {
+  alignas(64) static uint64_t to_b[8], to_a[8];  // own cache lines
+  std::atomic_ref<uint64_t> ab(to_b[0]), ba(to_a[0]);
+  ab.store(0);
+  ba.store(0);
+  std::atomic<bool> stop{false};
+  std::thread echo([&] {
+    uint64_t seen = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const uint64_t v = ab.load(std::memory_order_acquire);
+      if (v != seen) {
+        seen = v;
+        ba.store(v, std::memory_order_release);
+      } else {
+        cpu_relax();
+      }
+    }
+  });
+  std::vector<double> out;
+  uint64_t k = 0;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    const auto t0 = Clock::now();
+    for (uint32_t i = 0; i < iters; ++i) {
+      ab.store(++k, std::memory_order_release);
+      const auto w0 = Clock::now();
+      while (ba.load(std::memory_order_acquire) != k) {
+        cpu_relax();
+        if (Clock::now() - w0 > std::chrono::seconds(10)) {
+          stop = true;
+          echo.join();
+          throw std::runtime_error("bare round trip: no echo within 10 s");
+        }
+      }
+    }
+    out.push_back(ns_since(t0) / iters);
+  }
+  stop = true;
+  echo.join();
+  return out;
+}
+
+std::vector<double> proxy_round_trip(uint32_t iters, uint32_t rounds) {
+  auto t = open_loop("cpu bench rtt");
+  const PeerId self = t->connect(t->address(), "cpu bench rtt (self)");
+  Setup s;
+  Proxy proxy(*t, proxy_config(s));
+  alignas(64) static uint64_t src[8], dst[16];
+  auto lr = proxy.register_memory(src, sizeof src, kAccessAll);
+  auto rr = proxy.register_memory(dst, sizeof dst, kAccessAll);
+  ProxyChannel& ch = proxy.channel(self, channel_config(1024));
+  const Rkey rk = ch.import_key(rr->remote_key());
+  const dev::ProxyHandle h = ch.handle();
+  uint64_t* sig = &dst[8];
+  std::atomic_ref<uint64_t> sig_ref(*sig);
+  std::vector<double> out;
+  uint64_t k = sig_ref.load();
+  for (uint32_t r = 0; r < rounds; ++r) {
+    const auto t0 = Clock::now();
+    for (uint32_t i = 0; i < iters; ++i) {
+      check(dev::put_signal<X>(h, src, lr->lkey(), reinterpret_cast<uint64_t>(dst), rk, 8,
+                               reinterpret_cast<uint64_t>(sig), rk, 1, nullptr, Lkey{0}),
+            "put_signal", ch);
+      ++k;
+      const auto w0 = Clock::now();
+      while (sig_ref.load(std::memory_order_acquire) < k) {
+        cpu_relax();
+        if (Clock::now() - w0 > std::chrono::seconds(10))
+          throw std::runtime_error("proxy round trip: no signal within 10 s " + ch.last_error());
+      }
+    }
+    out.push_back(ns_since(t0) / iters);
+  }
+  check(dev::quiet<X>(h), "quiet", ch);
+  rr.reset();
+  lr.reset();
+  return out;
+}
+
+}  // namespace kpcb
