@@ -20,6 +20,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kinet/kinet.hpp"
@@ -54,9 +55,18 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "rounds of each measurement (median and best reported: best is what a quiet machine gives)")
       ->check(CLI::Range(1u, 100000u));
   app.add_option("--iters", iters, "rtt: round trips per round")->check(CLI::Range(1u, 100000000u));
+  std::vector<int> cpus;
+  app.add_option("--cpus", cpus, "POSTER,CONSUMER: pin the posters and the proxy thread (stream, burst); "
+                                 "default 0,1 on a machine of 2 CPUs or more, -1,-1: no pinning")
+      ->expected(2);
   app.add_option("--json", json, "write every figure as JSON to this file");
   app.add_flag("--quick", quick, "fewer operations (a smoke run)");
   CLI11_PARSE(app, argc, argv);
+  if (cpus.empty() && std::thread::hardware_concurrency() >= 2) cpus = {0, 1};
+  if (cpus.size() == 2) {
+    s.poster_cpu = cpus[0];
+    s.consumer_cpu = cpus[1];
+  }
   if (quick) {
     ops = std::min<uint64_t>(ops, 50'000);
     rounds = std::min(rounds, 5u);
@@ -64,7 +74,8 @@ int main(int argc, char** argv) {
   }
   nlohmann::json j;
   j["config"] = {{"slots", s.slots}, {"batch", s.batch}, {"posters", s.posters}, {"ops", ops},
-                 {"rounds", rounds}, {"iters", iters}, {"cpus", std::thread::hardware_concurrency()}};
+                 {"rounds", rounds}, {"iters", iters}, {"cpus", std::thread::hardware_concurrency()},
+                 {"poster_cpu", s.poster_cpu}, {"consumer_cpu", s.consumer_cpu}};
   j["loadavg_before"] = loadavg();
   try {
     std::printf("%-58s %12s %12s\n", "measurement", "median", "best");
@@ -84,6 +95,10 @@ int main(int argc, char** argv) {
       std::printf("%-58s %9.1f ns %9.1f ns  (%.1f M/s median)\n",
                   ("burst: consumer alone, " + std::to_string(s.slots) + " nops per round").c_str(), median(v),
                   best(v), 1e3 / median(v));
+      const std::vector<double> b = kpcb::bare_burst(s, rounds);
+      j["bare_burst"] = {{"ns_per_op", b}, {"median_ns_per_op", median(b)}, {"best_ns_per_op", best(b)}};
+      std::printf("%-58s %9.1f ns %9.1f ns  (%.1f M/s median)\n", "burst: bare consumer thread (the ring's floor)",
+                  median(b), best(b), 1e3 / median(b));
     }
     if (mode == "all" || mode == "rtt") {
       const std::vector<double> bare = kpcb::bare_round_trip(iters, rounds);

@@ -3,7 +3,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <memory>
+#include <pthread.h>
+#include <sched.h>
 #include <stdexcept>
 #include <thread>
 
@@ -40,11 +43,21 @@ std::unique_ptr<Transport> open_loop(const std::string& name) {
   return Transport::open(o);
 }
 
+void pin_self(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
+    throw std::runtime_error("can't pin a thread to CPU " + std::to_string(cpu));
+}
+
 // Proxy threads never sleep when idle (they yield), as in kinet-proxy-bench.
 ProxyConfig proxy_config(const Setup& s) {
   ProxyConfig c;
   c.batch = s.batch;
   c.max_sleep = std::chrono::microseconds(0);
+  if (s.consumer_cpu >= 0) c.cpus = std::to_string(s.consumer_cpu);
   return c;
 }
 
@@ -73,6 +86,13 @@ Stream stream(const Setup& s, uint64_t per_poster, uint32_t rounds) {
     for (uint32_t p = 0; p < s.posters; ++p)
       ts.emplace_back([&, p] {
         const dev::ProxyHandle h = chs[p]->handle();
+        try {
+          pin_self(s.poster_cpu);
+        } catch (...) {
+          result[p] = Status::InvalidArgument;
+          ready.fetch_add(1);
+          return;
+        }
         ready.fetch_add(1);
         while (!go.load(std::memory_order_acquire)) cpu_relax();
         uint64_t stalled = 0;
@@ -112,6 +132,7 @@ std::vector<double> burst(const Setup& s, uint32_t rounds) {
   const dev::ProxyHandle h = ch.handle();
   const uint32_t n = s.slots;
   std::vector<double> out;
+  pin_self(s.poster_cpu);
   for (uint32_t r = 0; r < rounds; ++r) {
     uint64_t first = 0;
     check(dev::reserve<X>(h, n, &first), "burst reserve", ch);
@@ -122,6 +143,67 @@ std::vector<double> burst(const Setup& s, uint32_t rounds) {
     check(dev::wait<X>(h, dev::Ticket{first + n, first}), "burst wait", ch);
     out.push_back(ns_since(t0) / n);
   }
+  return out;
+}
+
+std::vector<double> bare_burst(const Setup& s, uint32_t rounds) {
+  uint32_t log_n = 0;
+  while ((1u << log_n) < s.slots) ++log_n;
+  std::vector<dev::ProxyDesc> ring(size_t{1} << log_n);
+  std::memset(static_cast<void*>(ring.data()), 0, ring.size() * sizeof(dev::ProxyDesc));
+  dev::ProxyShared shared{};
+  dev::ProxyPostState post{};
+  dev::ProxyHandle h{};
+  h.log_n = log_n;
+  h.ring = ring.data();
+  h.post = &post;
+  h.shared = &shared;
+  h.timeout_ns = 60'000'000'000ull;
+  std::atomic<bool> stop{false};
+  std::thread consumer([&] {
+    try {
+      pin_self(s.consumer_cpu);
+    } catch (...) {
+    }
+    const uint64_t mask = (uint64_t{1} << log_n) - 1;
+    uint64_t head = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      uint32_t taken = 0;
+      for (; taken < 32; ++taken, ++head) {
+        dev::ProxyDesc* slot = &ring[head & mask];
+        const uint64_t v = dev::detail::proxy_valid_bit(log_n, head);
+        if ((load_acquire<Scope::System>(&slot->h0) & dev::kProxyValid) != v) break;
+        if ((load_relaxed<Scope::System>(&slot->h1) & dev::kProxyValid) != v) break;
+      }
+      if (taken) {
+        store_release<Scope::System>(&shared.consumed, head);
+        store_release<Scope::System>(&shared.completed, head);
+      } else {
+        cpu_relax();
+      }
+    }
+  });
+  std::vector<double> out;
+  const uint32_t n = s.slots;
+  pin_self(s.poster_cpu);
+  for (uint32_t r = 0; r < rounds; ++r) {
+    uint64_t first = 0;
+    Status st = dev::reserve<X>(h, n, &first);
+    if (st == Status::Ok) {
+      for (uint32_t i = 1; i < n; ++i) dev::publish<X>(h, first + i, dev::make_nop(0));
+      const auto t0 = Clock::now();
+      dev::publish<X>(h, first, dev::make_nop(0));
+      st = dev::wait<X>(h, dev::Ticket{first + n, first});
+      out.push_back(ns_since(t0) / n);
+    }
+    if (st != Status::Ok) {
+      stop = true;
+      consumer.join();
+      throw std::runtime_error(std::string("bare burst: ") + status_string(st));
+    }
+  }
+  stop = true;
+  consumer.join();
   return out;
 }
 

@@ -11,6 +11,8 @@ struct Setup {
   uint32_t slots = 4096;   // ring slots per channel
   uint32_t batch = 32;     // ProxyConfig::batch
   uint32_t posters = 1;    // poster threads, one channel each, one proxy thread for all
+  int poster_cpu = -1;     // pin posters here (-1: no pinning)
+  int consumer_cpu = -1;   // pin the proxy thread (or the bare consumer) here
 };
 
 // Streaming, per round: each poster posts `per_poster` no-op descriptors as
@@ -27,6 +29,11 @@ Stream stream(const Setup& s, uint64_t per_poster, uint32_t rounds);
 // slot but the first, then the first; the proxy drains the full ring. ns per
 // descriptor from that publish to the last completion, per round.
 std::vector<double> burst(const Setup& s, uint32_t rounds);
+// The same burst drained by a bare consumer thread instead of a proxy: the
+// valid-bit checks of both header words, consumed and completed published
+// with one release store each per 32 descriptors; the same poster code. The
+// floor of what a consumer of this ring costs on this machine.
+std::vector<double> bare_burst(const Setup& s, uint32_t rounds);
 
 // Round trips (ns each, per round of `iters`): bare: a thread stores a flag,
 // another spinning thread stores it back; proxy: a thread posts an 8-byte
