@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 100000u));
   app.add_option("--iters", iters, "rtt: round trips per round")->check(CLI::Range(1u, 100000000u));
   std::vector<int> cpus;
-  app.add_option("--cpus", cpus, "POSTER,CONSUMER: pin the posters and the proxy thread (stream, burst); "
+  app.add_option("--cpus", cpus, "POSTER,CONSUMER: pin the posters and the proxy thread (or the bare consumer / echo thread); "
                                  "default 0,1 on a machine of 2 CPUs or more, -1,-1: no pinning")
       ->expected(2);
   app.add_option("--json", json, "write every figure as JSON to this file");
@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
                   median(b), best(b), 1e3 / median(b));
     }
     if (mode == "all" || mode == "rtt") {
-      const std::vector<double> bare = kpcb::bare_round_trip(iters, rounds);
-      const std::vector<double> px = kpcb::proxy_round_trip(iters, rounds);
+      const std::vector<double> bare = kpcb::bare_round_trip(s, iters, rounds);
+      const std::vector<double> px = kpcb::proxy_round_trip(s, iters, rounds);
       j["rtt"] = {{"bare_ns", bare},
                   {"proxy_put_signal_ns", px},
                   {"median_bare_ns", median(bare)},

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <cstring>
 #include <memory>
 #include <pthread.h>
@@ -50,6 +51,24 @@ void pin_self(int cpu) {
   CPU_SET(cpu, &set);
   if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
     throw std::runtime_error("can't pin a thread to CPU " + std::to_string(cpu));
+}
+
+// Runs f on a new thread pinned to `cpu` (the caller's thread stays as it
+// is) and hands back its result or its exception.
+template <class F> auto on_cpu(int cpu, F f) -> decltype(f()) {
+  std::exception_ptr err;
+  decltype(f()) out{};
+  std::thread th([&] {
+    try {
+      pin_self(cpu);
+      out = f();
+    } catch (...) {
+      err = std::current_exception();
+    }
+  });
+  th.join();
+  if (err) std::rethrow_exception(err);
+  return out;
 }
 
 // Proxy threads never sleep when idle (they yield), as in kinet-proxy-bench.
@@ -131,19 +150,20 @@ std::vector<double> burst(const Setup& s, uint32_t rounds) {
   ProxyChannel& ch = proxy.channel(0, channel_config(s.slots));
   const dev::ProxyHandle h = ch.handle();
   const uint32_t n = s.slots;
-  std::vector<double> out;
-  pin_self(s.poster_cpu);
-  for (uint32_t r = 0; r < rounds; ++r) {
-    uint64_t first = 0;
-    check(dev::reserve<X>(h, n, &first), "burst reserve", ch);
-    // The proxy waits at the unpublished first slot while the rest fill in.
-    for (uint32_t i = 1; i < n; ++i) dev::publish<X>(h, first + i, dev::make_nop(0));
-    const auto t0 = Clock::now();
-    dev::publish<X>(h, first, dev::make_nop(0));
-    check(dev::wait<X>(h, dev::Ticket{first + n, first}), "burst wait", ch);
-    out.push_back(ns_since(t0) / n);
-  }
-  return out;
+  return on_cpu(s.poster_cpu, [&] {
+    std::vector<double> out;
+    for (uint32_t r = 0; r < rounds; ++r) {
+      uint64_t first = 0;
+      check(dev::reserve<X>(h, n, &first), "burst reserve", ch);
+      // The proxy waits at the unpublished first slot while the rest fill in.
+      for (uint32_t i = 1; i < n; ++i) dev::publish<X>(h, first + i, dev::make_nop(0));
+      const auto t0 = Clock::now();
+      dev::publish<X>(h, first, dev::make_nop(0));
+      check(dev::wait<X>(h, dev::Ticket{first + n, first}), "burst wait", ch);
+      out.push_back(ns_since(t0) / n);
+    }
+    return out;
+  });
 }
 
 std::vector<double> bare_burst(const Setup& s, uint32_t rounds) {
@@ -183,37 +203,39 @@ std::vector<double> bare_burst(const Setup& s, uint32_t rounds) {
       }
     }
   });
-  std::vector<double> out;
   const uint32_t n = s.slots;
-  pin_self(s.poster_cpu);
-  for (uint32_t r = 0; r < rounds; ++r) {
-    uint64_t first = 0;
-    Status st = dev::reserve<X>(h, n, &first);
-    if (st == Status::Ok) {
+  Status st = Status::Ok;
+  std::vector<double> out = on_cpu(s.poster_cpu, [&] {
+    std::vector<double> v;
+    for (uint32_t r = 0; r < rounds && st == Status::Ok; ++r) {
+      uint64_t first = 0;
+      st = dev::reserve<X>(h, n, &first);
+      if (st != Status::Ok) break;
       for (uint32_t i = 1; i < n; ++i) dev::publish<X>(h, first + i, dev::make_nop(0));
       const auto t0 = Clock::now();
       dev::publish<X>(h, first, dev::make_nop(0));
       st = dev::wait<X>(h, dev::Ticket{first + n, first});
-      out.push_back(ns_since(t0) / n);
+      v.push_back(ns_since(t0) / n);
     }
-    if (st != Status::Ok) {
-      stop = true;
-      consumer.join();
-      throw std::runtime_error(std::string("bare burst: ") + status_string(st));
-    }
-  }
+    return v;
+  });
   stop = true;
   consumer.join();
+  if (st != Status::Ok) throw std::runtime_error(std::string("bare burst: ") + status_string(st));
   return out;
 }
 
-std::vector<double> bare_round_trip(uint32_t iters, uint32_t rounds) {
+std::vector<double> bare_round_trip(const Setup& s, uint32_t iters, uint32_t rounds) {
   alignas(64) static uint64_t to_b[8], to_a[8];  // own cache lines
   std::atomic_ref<uint64_t> ab(to_b[0]), ba(to_a[0]);
   ab.store(0);
   ba.store(0);
   std::atomic<bool> stop{false};
   std::thread echo([&] {
+    try {
+      pin_self(s.consumer_cpu);
+    } catch (...) {
+    }
     uint64_t seen = 0;
     while (!stop.load(std::memory_order_relaxed)) {
       const uint64_t v = ab.load(std::memory_order_acquire);
@@ -226,32 +248,38 @@ std::vector<double> bare_round_trip(uint32_t iters, uint32_t rounds) {
     }
   });
   std::vector<double> out;
-  uint64_t k = 0;
-  for (uint32_t r = 0; r < rounds; ++r) {
-    const auto t0 = Clock::now();
-    for (uint32_t i = 0; i < iters; ++i) {
-      ab.store(++k, std::memory_order_release);
-      const auto w0 = Clock::now();
-      while (ba.load(std::memory_order_acquire) != k) {
-        cpu_relax();
-        if (Clock::now() - w0 > std::chrono::seconds(10)) {
-          stop = true;
-          echo.join();
-          throw std::runtime_error("bare round trip: no echo within 10 s");
+  try {
+    out = on_cpu(s.poster_cpu, [&] {
+      std::vector<double> v;
+      uint64_t k = 0;
+      for (uint32_t r = 0; r < rounds; ++r) {
+        const auto t0 = Clock::now();
+        for (uint32_t i = 0; i < iters; ++i) {
+          ab.store(++k, std::memory_order_release);
+          const auto w0 = Clock::now();
+          while (ba.load(std::memory_order_acquire) != k) {
+            cpu_relax();
+            if (Clock::now() - w0 > std::chrono::seconds(10))
+              throw std::runtime_error("bare round trip: no echo within 10 s");
+          }
         }
+        v.push_back(ns_since(t0) / iters);
       }
-    }
-    out.push_back(ns_since(t0) / iters);
+      return v;
+    });
+  } catch (...) {
+    stop = true;
+    echo.join();
+    throw;
   }
   stop = true;
   echo.join();
   return out;
 }
 
-std::vector<double> proxy_round_trip(uint32_t iters, uint32_t rounds) {
+std::vector<double> proxy_round_trip(const Setup& s, uint32_t iters, uint32_t rounds) {
   auto t = open_loop("cpu bench rtt");
   const PeerId self = t->connect(t->address(), "cpu bench rtt (self)");
-  Setup s;
   Proxy proxy(*t, proxy_config(s));
   alignas(64) static uint64_t src[8], dst[16];
   auto lr = proxy.register_memory(src, sizeof src, kAccessAll);
@@ -261,24 +289,27 @@ std::vector<double> proxy_round_trip(uint32_t iters, uint32_t rounds) {
   const dev::ProxyHandle h = ch.handle();
   uint64_t* sig = &dst[8];
   std::atomic_ref<uint64_t> sig_ref(*sig);
-  std::vector<double> out;
-  uint64_t k = sig_ref.load();
-  for (uint32_t r = 0; r < rounds; ++r) {
-    const auto t0 = Clock::now();
-    for (uint32_t i = 0; i < iters; ++i) {
-      check(dev::put_signal<X>(h, src, lr->lkey(), reinterpret_cast<uint64_t>(dst), rk, 8,
-                               reinterpret_cast<uint64_t>(sig), rk, 1, nullptr, Lkey{0}),
-            "put_signal", ch);
-      ++k;
-      const auto w0 = Clock::now();
-      while (sig_ref.load(std::memory_order_acquire) < k) {
-        cpu_relax();
-        if (Clock::now() - w0 > std::chrono::seconds(10))
-          throw std::runtime_error("proxy round trip: no signal within 10 s " + ch.last_error());
+  std::vector<double> out = on_cpu(s.poster_cpu, [&] {
+    std::vector<double> v;
+    uint64_t k = sig_ref.load();
+    for (uint32_t r = 0; r < rounds; ++r) {
+      const auto t0 = Clock::now();
+      for (uint32_t i = 0; i < iters; ++i) {
+        check(dev::put_signal<X>(h, src, lr->lkey(), reinterpret_cast<uint64_t>(dst), rk, 8,
+                                 reinterpret_cast<uint64_t>(sig), rk, 1, nullptr, Lkey{0}),
+              "put_signal", ch);
+        ++k;
+        const auto w0 = Clock::now();
+        while (sig_ref.load(std::memory_order_acquire) < k) {
+          cpu_relax();
+          if (Clock::now() - w0 > std::chrono::seconds(10))
+            throw std::runtime_error("proxy round trip: no signal within 10 s " + ch.last_error());
+        }
       }
+      v.push_back(ns_since(t0) / iters);
     }
-    out.push_back(ns_since(t0) / iters);
-  }
+    return v;
+  });
   check(dev::quiet<X>(h), "quiet", ch);
   rr.reset();
   lr.reset();

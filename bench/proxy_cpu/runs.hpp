@@ -35,11 +35,11 @@ std::vector<double> burst(const Setup& s, uint32_t rounds);
 // floor of what a consumer of this ring costs on this machine.
 std::vector<double> bare_burst(const Setup& s, uint32_t rounds);
 
-// Round trips (ns each, per round of `iters`): bare: a thread stores a flag,
-// another spinning thread stores it back; proxy: a thread posts an 8-byte
-// put_signal (loop transport connected to itself: one proxy thread) and
-// spins on the signal word.
-std::vector<double> bare_round_trip(uint32_t iters, uint32_t rounds);
-std::vector<double> proxy_round_trip(uint32_t iters, uint32_t rounds);
+// Round trips (ns each, per round of `iters`), the poster on poster_cpu:
+// bare: it stores a flag, a spinning thread on consumer_cpu stores it back;
+// proxy: it posts an 8-byte put_signal (loop transport connected to itself:
+// one proxy thread, on consumer_cpu) and spins on the signal word.
+std::vector<double> bare_round_trip(const Setup& s, uint32_t iters, uint32_t rounds);
+std::vector<double> proxy_round_trip(const Setup& s, uint32_t iters, uint32_t rounds);
 
 }  // namespace kpcb
