@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "rounds of each measurement (median and best reported: best is what a quiet machine gives)")
       ->check(CLI::Range(1u, 100000u));
   app.add_option("--iters", iters, "rtt: round trips per round")->check(CLI::Range(1u, 100000000u));
+  app.add_option("--spin-us", s.spin_us, "ProxyConfig::spin in microseconds (default: the library's)")
+      ->check(CLI::Range(0, 10000000));
   std::vector<int> cpus;
   app.add_option("--cpus", cpus, "POSTER,CONSUMER: pin the posters and the proxy thread (or the bare consumer / echo thread); "
                                  "default 0,1 on a machine of 2 CPUs or more, -1,-1: no pinning")
@@ -75,7 +77,8 @@ int main(int argc, char** argv) {
   nlohmann::json j;
   j["config"] = {{"slots", s.slots}, {"batch", s.batch}, {"posters", s.posters}, {"ops", ops},
                  {"rounds", rounds}, {"iters", iters}, {"cpus", std::thread::hardware_concurrency()},
-                 {"poster_cpu", s.poster_cpu}, {"consumer_cpu", s.consumer_cpu}};
+                 {"poster_cpu", s.poster_cpu}, {"consumer_cpu", s.consumer_cpu},
+                 {"spin_us", s.spin_us}};
   j["loadavg_before"] = loadavg();
   try {
     std::printf("%-58s %12s %12s\n", "measurement", "median", "best");

@@ -71,12 +71,20 @@ template <class F> auto on_cpu(int cpu, F f) -> decltype(f()) {
   return out;
 }
 
+// ProxyConfig::spin when this build of kinet has it (the bench also builds
+// against older trees, for before/after runs).
+template <class C> void set_spin(C& c, int us) {
+  if constexpr (requires { c.spin; })
+    if (us >= 0) c.spin = std::chrono::microseconds(us);
+}
+
 // Proxy threads never sleep when idle (they yield), as in kinet-proxy-bench.
 ProxyConfig proxy_config(const Setup& s) {
   ProxyConfig c;
   c.batch = s.batch;
   c.max_sleep = std::chrono::microseconds(0);
   if (s.consumer_cpu >= 0) c.cpus = std::to_string(s.consumer_cpu);
+  set_spin(c, s.spin_us);
   return c;
 }
 

@@ -13,6 +13,7 @@ struct Setup {
   uint32_t posters = 1;    // poster threads, one channel each, one proxy thread for all
   int poster_cpu = -1;     // pin posters here (-1: no pinning)
   int consumer_cpu = -1;   // pin the proxy thread (or the bare consumer) here
+  int spin_us = -1;        // ProxyConfig::spin (-1: its default)
 };
 
 // Streaming, per round: each poster posts `per_poster` no-op descriptors as
