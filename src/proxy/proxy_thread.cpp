@@ -73,9 +73,7 @@ void Thread::run() {
     // The transport every pass, except while a backlog of descriptors that
     // need none of it (nops) keeps the thread busy and it holds none of our
     // operations: then every kPollEvery passes (it still serves its peers'
-    // operations, the target role, and notices lost peers). A pass that took
-    // a few descriptors polls it too: the pause lets the next ones accumulate
-    // rather than the thread re-reading the slot a poster is writing.
+    // operations, the target role, and notices lost peers).
     if (!backlog || inflight_ != 0 || ++unpolled >= kPollEvery) {
       work += reap();
       unpolled = 0;

@@ -21,15 +21,18 @@ KINET_HD uint64_t proxy_h0(ProxyOp op, uint32_t flags, uint8_t sig_op = 0) {
 // The slot at `end - size()` and below were copied out by the proxy before
 // this poster overwrites them: the proxy's release store of `consumed`,
 // acquired here (or through the cache, which is raised only after such an
-// acquire, behind a release fence). Returns the consumer index seen; the
-// cache never moves backwards (proxy_wait_space relies on it).
+// acquire, by a release CAS). Returns the consumer index seen; the cache
+// never moves backwards (proxy_wait_space relies on it).
 template <Sharing S> KINET_HD uint64_t proxy_read_consumed(const ProxyHandle& h) {
   const uint64_t c = load_acquire<Scope::System>(&h.shared->consumed);
   if constexpr (S == Sharing::Exclusive) {
     store_relaxed<Scope::Thread>(&h.post->consumed_cache, c);  // one poster: no one else reads it
   } else {
-    fence_release<kScope<S>>();
-    fetch_max_relaxed<kScope<S>>(&h.post->consumed_cache, c);
+    kinet::detail::atomic_ref_t<uint64_t, kScope<S>> r(h.post->consumed_cache);
+    uint64_t cur = r.load(kinet::detail::mo::memory_order_relaxed);
+    while (cur < c && !r.compare_exchange_weak(cur, c, kinet::detail::mo::memory_order_release,
+                                               kinet::detail::mo::memory_order_relaxed)) {
+    }
   }
   return c;
 }
