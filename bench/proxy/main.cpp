@@ -32,6 +32,7 @@ struct Opts {
   uint32_t channels = 16;
   uint32_t proxy_threads = 4;
   uint32_t slots = 4096;
+  int spin_us = -1;  // ProxyConfig::spin (-1: the library's default)
   std::string json;
   bool quick = false;
 };
@@ -48,11 +49,13 @@ std::unique_ptr<Transport> open_loop(const std::string& name) {
   return Transport::open(o);
 }
 
-// Latency runs: proxy threads never sleep when idle (they yield), so a
-// descriptor or a message is never waiting out a back-off sleep.
-ProxyConfig busy() {
+// Proxy threads never sleep when idle (they poll flat out for
+// ProxyConfig::spin, then yield), so a descriptor or a message is never
+// waiting out a back-off sleep.
+ProxyConfig busy(int spin_us) {
   ProxyConfig c;
   c.max_sleep = std::chrono::microseconds(0);
+  if (spin_us >= 0) c.spin = std::chrono::microseconds(spin_us);
   return c;
 }
 
@@ -76,6 +79,8 @@ int main(int argc, char** argv) {
   app.add_option("--proxy-threads", o.proxy_threads, "proxy threads (one loop transport each) for the nop run")
       ->check(CLI::Range(1u, 64u));
   app.add_option("--slots", o.slots, "ring slots per channel (power of two)");
+  app.add_option("--spin-us", o.spin_us, "ProxyConfig::spin of the proxy threads, microseconds (default: the library's)")
+      ->check(CLI::Range(0, 10000000));
   app.add_option("--json", o.json, "write the figures as JSON to this file");
   app.add_flag("--quick", o.quick, "fewer iterations (a smoke run)");
   CLI11_PARSE(app, argc, argv);
@@ -88,7 +93,7 @@ int main(int argc, char** argv) {
   j["gpu"] = kpb::gpu_name();
   j["config"] = {{"iters", o.iters},     {"ctas", o.ctas},         {"threads", o.threads},
                  {"per_thread", o.per_thread}, {"channels", o.channels}, {"proxy_threads", o.proxy_threads},
-                 {"slots", o.slots}};
+                 {"slots", o.slots}, {"spin_us", o.spin_us}};
   try {
     // 1. round trips
     const double bare = kpb::bare_round_trip_ns(o.iters, &err);
@@ -96,7 +101,7 @@ int main(int argc, char** argv) {
     auto a = open_loop("bench gpu side"), b = open_loop("bench target side");
     const PeerId ab = a->connect(b->address(), "bench target side");
     b->connect(a->address(), "bench gpu side");
-    Proxy proxy(std::vector<Transport*>{a.get(), b.get()}, busy());
+    Proxy proxy(std::vector<Transport*>{a.get(), b.get()}, busy(o.spin_us));
     const size_t posters = size_t{o.ctas} * o.threads;
     uint8_t* src = static_cast<uint8_t*>(kpb::alloc_mapped(4096));
     uint8_t* dst = static_cast<uint8_t*>(kpb::alloc_mapped(posters * 8 + 128));
@@ -118,7 +123,7 @@ int main(int argc, char** argv) {
       ts.push_back(open_loop("bench nop " + std::to_string(i)));
       tp.push_back(ts.back().get());
     }
-    Proxy nop_proxy(tp, busy());
+    Proxy nop_proxy(tp, busy(o.spin_us));
     std::vector<dev::ProxyHandle> hs;
     for (uint32_t c = 0; c < o.channels; ++c) {
       ProxyChannelConfig cc = gpu_channel(o.slots);

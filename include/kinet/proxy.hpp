@@ -12,8 +12,11 @@
 // Threads: one per transport given to the Proxy (a Transport is driven by one
 // thread at a time). Each busy-polls its channels and its transport,
 // draining up to ProxyConfig::batch descriptors per channel per pass; when a
-// pass finds nothing to do it backs off (spin, yield, then sleeps growing to
-// ProxyConfig::max_sleep), and the first descriptor it finds resets that.
+// pass finds nothing to do it backs off (polls flat out for ProxyConfig::spin,
+// then yields, then sleeps growing to ProxyConfig::max_sleep), and the first
+// descriptor it finds resets that. While its rings keep it busy with
+// descriptors that need no transport (nops) it polls the transport every few
+// passes rather than every pass.
 // $KINET_PROXY_CPUS (or ProxyConfig::cpus) pins thread i to the i-th CPU of
 // the list.
 //
@@ -42,6 +45,10 @@ namespace kinet {
 
 struct ProxyConfig {
   uint32_t batch = 32;                            // descriptors taken per channel per pass, 1..65536
+  // How long an idle proxy thread keeps polling flat out before it yields:
+  // a descriptor published within it is seen within one pass (round-trip
+  // latency); the CPU is busy meanwhile. 0: about 64 passes.
+  std::chrono::microseconds spin{20};
   std::chrono::microseconds max_sleep{50};        // longest idle sleep of a proxy thread (0: never sleep)
   std::string cpus;                               // "3,5": pin thread i to cpus[i]; empty: $KINET_PROXY_CPUS
   // How long teardown waits for operations in flight (0: the transport

@@ -94,7 +94,9 @@ Status ProxyChannel::poster_error() const {
   if (posters_ == Posters::Gpu) return Status::Ok;
   return static_cast<Status>(load_relaxed<Scope::System>(&st_->post->local_error));
 }
-uint64_t ProxyChannel::completed() const { return load_acquire<Scope::System>(&st_->shared->completed); }
+uint64_t ProxyChannel::completed() const {
+  return load_acquire<Scope::System>(&st_->shared->completed) & dev::kProxyDoneIndex;
+}
 
 ProxyChannel& Proxy::channel(PeerId peer, const ProxyChannelConfig& cfg) {
   if (cfg.transport >= transports_.size())

@@ -15,6 +15,21 @@ using dev::ProxyOp;
 
 constexpr uint64_t kH0Reserved = (dev::kProxyValid - 1) & ~uint64_t{0xffffff};    // bits 24..62
 constexpr uint64_t kH1Reserved = (dev::kProxyValid - 1) & ~uint64_t{0xffffffff};  // bits 32..62
+// h0 bits a well-formed nop may have besides its opcode: the known flags.
+constexpr uint64_t kNopFlags = uint64_t{dev::detail::kProxyKnownFlags} << 8;
+// Passes that leave the transport alone while a backlog of operations that
+// need none of it keeps the thread busy (see run()).
+constexpr uint32_t kPollEvery = 8;
+// Idle passes spun before cfg_.spin's clock is read; yields before sleeps.
+constexpr uint32_t kSpinPasses = 64;
+constexpr uint32_t kYieldPasses = 64;
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 
 const char* op_name(uint8_t op) {
   switch (static_cast<ProxyOp>(op)) {
@@ -40,24 +55,52 @@ void Thread::add(ProxyChannel* c) {
 }
 
 void Thread::run() {
-  uint32_t idle = 0;
+  using Clock = std::chrono::steady_clock;
+  uint64_t idle = 0;       // passes in a row that found nothing to do
+  uint32_t yields = 0, sleeps = 0;
+  bool spinning = true;
+  uint32_t unpolled = 0;   // passes in a row that left the transport alone
+  Clock::time_point idle_since{};
   while (!stop_.load(std::memory_order_acquire)) {
     size_t work = 0;
+    bool backlog = false;  // a channel had more published than one batch
     const size_t n = nchannels_.load(std::memory_order_acquire);
-    for (size_t i = 0; i < n; ++i) work += drain(*channels_[i].load(std::memory_order_acquire));
-    work += reap();
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = drain(*channels_[i].load(std::memory_order_acquire));
+      work += k;
+      backlog |= k == cfg_.batch;
+    }
+    // The transport every pass, except while a backlog of descriptors that
+    // need none of it (nops) keeps the thread busy and it holds none of our
+    // operations: then every kPollEvery passes (it still serves its peers'
+    // operations, the target role, and notices lost peers).
+    if (!backlog || inflight_ != 0 || ++unpolled >= kPollEvery) {
+      work += reap();
+      unpolled = 0;
+    }
     if (work) {
       idle = 0;
+      spinning = true;
+      yields = sleeps = 0;
       continue;
     }
-    // Bounded backoff: spin, then yield, then sleep up to max_sleep.
-    ++idle;
-    if (idle < 64) continue;
-    if (idle < 128 || cfg_.max_sleep.count() <= 0) {
+    // Bounded backoff: poll flat out (a pause per pass) for cfg_.spin, so a
+    // descriptor published meanwhile is seen within one pass; then yield;
+    // then sleep, growing to max_sleep.
+    if (idle++ == 0) idle_since = Clock::now();
+    if (spinning) {
+      if (idle < kSpinPasses || (idle & 15) != 0 || Clock::now() - idle_since < cfg_.spin) {
+        cpu_relax();
+        continue;
+      }
+      spinning = false;
+    }
+    if (yields < kYieldPasses || cfg_.max_sleep.count() <= 0) {
+      ++yields;
       std::this_thread::yield();
       continue;
     }
-    const uint32_t shift = idle - 128 < 6 ? idle - 128 : 6;
+    const uint32_t shift = sleeps < 6 ? sleeps++ : 6;
     std::this_thread::sleep_for(std::min<std::chrono::microseconds>(std::chrono::microseconds(1u << shift),
                                                                    cfg_.max_sleep));
   }
@@ -77,42 +120,55 @@ void Thread::run() {
       KINET_LOG(Warn, "proxy: channel %u (peer %u): %" PRIu64 " operations still in flight after %lld ms at teardown",
                 s.id, s.peer, s.inflight, static_cast<long long>(cfg_.drain_timeout.count()));
     store_release<Scope::System>(&s.shared->closed, 1u);
+    // The same news in the word posters poll (after closed: a poster seeing
+    // the bit finds closed set).
+    store_release<Scope::System>(&s.shared->completed, s.published | dev::kProxyDoneClosed |
+                                                           (s.error_published ? dev::kProxyDoneError : 0));
   }
 }
 
 size_t Thread::drain(ProxyChannel& c) {
   ChannelState& s = *c.st_;
   const uint64_t size = uint64_t{1} << s.log_n;
+  const uint64_t mask = size - 1;
   std::unique_lock<std::mutex> regions(proxy_->regions_mu_, std::defer_lock);
   size_t taken = 0;
   while (taken < cfg_.batch && s.head - s.completed < size) {
-    dev::ProxyDesc* slot = &s.ring[s.head & (size - 1)];
+    dev::ProxyDesc* slot = &s.ring[s.head & mask];
     const uint64_t v = dev::detail::proxy_valid_bit(s.log_n, s.head);
     const uint64_t h0 = load_acquire<Scope::System>(&slot->h0);
     if ((h0 & dev::kProxyValid) != v) break;  // not published yet
     const uint64_t h1 = load_relaxed<Scope::System>(&slot->h1);
     if ((h1 & dev::kProxyValid) != v) break;  // torn header: its second word has not landed yet
-    const dev::ProxyDesc d{h0, h1, slot->laddr, slot->raddr, slot->len, slot->arg, slot->sig_raddr, slot->keys};
-    const size_t at = s.head & (size - 1);
+    const size_t at = s.head & mask;
     int32_t st;
     if (s.failed) {
       st = static_cast<int32_t>(Status::WrFlushed);  // the error state: nothing more executes
     } else {
       if (((h0 >> 8) & dev::kFence) && s.inflight) break;  // after every earlier descriptor
-      if (!regions.owns_lock()) regions.lock();
-      std::string why;
-      const Status r = execute(c, s.head, d, &why);
-      if (r == Status::NoSpace) break;  // the transport is full: take it again on a later pass
-      st = r == Status::Pending ? kInFlight : static_cast<int32_t>(r);
-      if (st == kInFlight) {
-        ++s.inflight;
-        s.ops[at] = static_cast<uint8_t>(h0);
-      } else if (st != 0) {
-        s.failed = true;
-        s.reason[at] = std::move(why);
+      if ((h0 & ~dev::kProxyValid & ~kNopFlags) == static_cast<uint8_t>(ProxyOp::Nop) && !(h1 & kH1Reserved)) {
+        st = 0;  // a well-formed nop: nothing to check further, nothing to execute
+      } else {
+        const dev::ProxyDesc d{h0, h1, slot->laddr, slot->raddr, slot->len, slot->arg, slot->sig_raddr, slot->keys};
+        std::string why;
+        const Status r = execute(c, s.head, d, regions, &why);
+        if (r == Status::NoSpace) break;  // the transport is full: take it again on a later pass
+        st = r == Status::Pending ? kInFlight : static_cast<int32_t>(r);
+        if (st == kInFlight) {
+          ++s.inflight;
+          ++inflight_;
+          s.ops[at] = static_cast<uint8_t>(h0);
+        } else if (st != 0) {
+          s.failed = true;
+          s.reason[at] = std::move(why);
+        }
       }
     }
-    s.status[at] = st;
+    if (st == 0 && s.completed == s.head) {
+      ++s.completed;  // done, and nothing before it is pending: no slot state needed
+    } else {
+      s.status[at] = st;
+    }
     ++s.head;
     ++taken;
   }
@@ -125,7 +181,8 @@ size_t Thread::drain(ProxyChannel& c) {
   return taken;
 }
 
-Status Thread::execute(ProxyChannel& c, uint64_t idx, const dev::ProxyDesc& d, std::string* why) {
+Status Thread::execute(ProxyChannel& c, uint64_t idx, const dev::ProxyDesc& d,
+                       std::unique_lock<std::mutex>& regions, std::string* why) {
   ChannelState& s = *c.st_;
   const uint8_t op = static_cast<uint8_t>(d.h0);
   const uint32_t flags = static_cast<uint32_t>(d.h0 >> 8) & 0xffu;
@@ -147,6 +204,7 @@ Status Thread::execute(ProxyChannel& c, uint64_t idx, const dev::ProxyDesc& d, s
   // The local buffer [addr, addr + len) inside lkey's region of this transport.
   auto local = [&](uint64_t addr, uint64_t len, bool write) {
     Proxy::RegionEntry e;
+    if (!regions.owns_lock()) regions.lock();  // held to the end of the pass over this channel
     const bool found = proxy_->lookup(lkey, &e);
     const bool ours = found && e.transport == index_;
     const bool inside = ours && addr >= e.base && len <= e.len && addr - e.base <= e.len - len;
@@ -225,6 +283,7 @@ size_t Thread::reap() {
       continue;
     }
     --s.inflight;
+    --inflight_;
     std::string why;
     if (k.status != Status::Ok) {
       why = std::string(op_name(s.ops[at])) + " failed: " + status_string(k.status);
@@ -255,7 +314,7 @@ void Thread::advance(ChannelState& s) {
     const int32_t st = s.status[c & mask];
     if (st != 0 && !s.error_published) {
       // The first failure in ring order: posters read error_* after acquiring
-      // a completed index past it.
+      // a completed word past it (it carries kProxyDoneError from then on).
       store_relaxed<Scope::System>(&s.shared->error_index, c);
       store_release<Scope::System>(&s.shared->error_status, st);
       s.error_published = true;
@@ -269,9 +328,11 @@ void Thread::advance(ChannelState& s) {
     if (st != 0) s.reason.erase(c & mask);
     ++c;
   }
-  if (c != s.completed) {
-    s.completed = c;
-    store_release<Scope::System>(&s.shared->completed, c);
+  s.completed = c;
+  if (s.completed != s.published) {
+    // One release store per pass, however many descriptors it completed.
+    s.published = s.completed;
+    store_release<Scope::System>(&s.shared->completed, s.published | (s.error_published ? dev::kProxyDoneError : 0));
   }
 }
 

@@ -30,11 +30,14 @@ struct ChannelState {
   PeerId peer = 0;
   // Proxy thread only.
   uint64_t head = 0;        // next ring index to take
-  uint64_t completed = 0;   // what shared->completed says
+  uint64_t completed = 0;   // every descriptor below it finished, in ring order
+  uint64_t published = 0;   // what shared->completed says (completed, published once per pass)
   uint64_t inflight = 0;    // taken, handed to the transport, not completed
   bool failed = false;      // a failure was seen: later descriptors are flushed, not executed
   bool error_published = false;
-  std::vector<int32_t> status;      // by slot, for [completed, head)
+  // By slot, for [completed, head): a descriptor that finished at once while
+  // nothing before it was pending never gets an entry (completed passes it).
+  std::vector<int32_t> status;
   std::unordered_map<size_t, std::string> reason;  // by slot, failures only: why
   std::vector<uint8_t> ops;         // by slot: the opcode of a descriptor in flight
   // Read by ProxyChannel::last_error().
@@ -61,9 +64,11 @@ struct Thread {
   size_t drain(ProxyChannel& c);             // takes published descriptors
   size_t reap();                              // transport completions
   void finish(ChannelState& s, uint64_t idx, int32_t st, std::string why);
-  void advance(ChannelState& s);              // publishes completions in ring order
+  void advance(ChannelState& s);              // completes in ring order, publishes completed
   // Validates and posts one descriptor; Status::NoSpace: not taken, retry later.
-  Status execute(ProxyChannel& c, uint64_t idx, const dev::ProxyDesc& d, std::string* why);
+  // Takes `regions` (Proxy::regions_mu_) only when it looks an lkey up.
+  Status execute(ProxyChannel& c, uint64_t idx, const dev::ProxyDesc& d, std::unique_lock<std::mutex>& regions,
+                 std::string* why);
 
   Proxy* proxy_;
   Transport* t_;
@@ -73,6 +78,7 @@ struct Thread {
   std::atomic<bool> stop_{false};
   std::atomic<ProxyChannel*> channels_[Proxy::kMaxChannels] = {};
   std::atomic<size_t> nchannels_{0};
+  uint64_t inflight_ = 0;  // operations of all its channels the transport has (this thread only)
   std::mutex add_mu_;
 };
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,6 +66,7 @@ class FakeTransport : public Transport {
 
   size_t poll(Completion* out, size_t max) override {
     std::lock_guard<std::mutex> g(mu_);
+    if (on_poll_) on_poll_();
     ++polls_;
     if (mode_ == Mode::BlackHole) return 0;
     size_t n = 0;
@@ -99,6 +101,13 @@ class FakeTransport : public Transport {
   uint64_t polls() const {
     std::lock_guard<std::mutex> g(mu_);
     return polls_;
+  }
+  // Called at the start of every poll(), on the polling thread, under the
+  // transport's lock (it must not call the transport); what it uses must
+  // outlive the proxy, or be unset first.
+  void set_on_poll(std::function<void()> f) {
+    std::lock_guard<std::mutex> g(mu_);
+    on_poll_ = std::move(f);
   }
 
  private:
@@ -230,6 +239,7 @@ class FakeTransport : public Transport {
   std::vector<Logged> log_;
   size_t nospace_ = 0;
   uint64_t polls_ = 0;
+  std::function<void()> on_poll_;
 };
 
 }  // namespace kinet::test

@@ -19,9 +19,11 @@
 // poster reserves an index (an atomic on ProxyPostState::reserved, scoped by
 // Sharing; warp-aggregated for shared handles in kernels), waits (bounded)
 // until the proxy has consumed that slot's previous occupant (re-reading the
-// proxy's consumer index only when its cached copy says the ring is full),
-// writes the body, and publishes with ONE 16-byte release store of the
-// header. The header's valid bit is the lap parity (set on even laps, clear
+// proxy's consumer index only when its cached copy says the ring is full, and
+// then only the posters whose slots are among the next kProxyRefreshWindow to
+// be freed: the rest wait on the cache, so many waiting posters do not flood
+// PCIe with reads), writes the body (three 16-byte stores on a GPU), and
+// publishes with ONE 16-byte release store of the header. The header's valid bit is the lap parity (set on even laps, clear
 // on odd ones), in both header words, so slots never need clearing and a torn
 // header is never taken for a published one.
 //
@@ -101,12 +103,20 @@ static_assert(sizeof(ProxyPostState) == 32);
 // cache lines (posters poll completed, the proxy writes both).
 struct ProxyShared {
   alignas(64) uint64_t consumed;  // every slot below it was copied out by the proxy: free
-  alignas(64) uint64_t completed; // every descriptor below it completed (in ring order)
+  // The word posters poll (one read, a PCIe read from a GPU, answers a test
+  // in the common case): bits 0-61 (kProxyDoneIndex) every descriptor below
+  // this index completed, in ring order; kProxyDoneError: error_* below are
+  // set (the first failure lies below the index); kProxyDoneClosed: closed
+  // is set. Read it through the mask (ProxyChannel::completed() does).
+  alignas(64) uint64_t completed;
   uint64_t error_index;           // ring index of the first failure (valid when error_status != 0)
   int32_t error_status;           // its Status; 0 = none. Written once, before completed passes it
   uint32_t closed;                // the proxy stopped serving: unfinished tickets end WrFlushed
 };
 static_assert(sizeof(ProxyShared) == 128);
+inline constexpr uint64_t kProxyDoneClosed = uint64_t{1} << 63;
+inline constexpr uint64_t kProxyDoneError = uint64_t{1} << 62;
+inline constexpr uint64_t kProxyDoneIndex = kProxyDoneError - 1;
 
 inline constexpr uint32_t kProxyHandleVersion = 1;
 inline constexpr uint32_t kProxyHandleBytes = 48;

@@ -20,13 +20,29 @@ KINET_HD uint64_t proxy_h0(ProxyOp op, uint32_t flags, uint8_t sig_op = 0) {
 
 // The slot at `end - size()` and below were copied out by the proxy before
 // this poster overwrites them: the proxy's release store of `consumed`,
-// acquired here (or through the cache, which is only written after such an
-// acquire, with release). Returns the consumer index seen.
+// acquired here (or through the cache, which is raised only after such an
+// acquire, by a release CAS). Returns the consumer index seen; the cache
+// never moves backwards (proxy_wait_space relies on it).
 template <Sharing S> KINET_HD uint64_t proxy_read_consumed(const ProxyHandle& h) {
   const uint64_t c = load_acquire<Scope::System>(&h.shared->consumed);
-  store_release<kScope<S>>(&h.post->consumed_cache, c);  // a stale smaller value only costs a re-read
+  if constexpr (S == Sharing::Exclusive) {
+    store_relaxed<Scope::Thread>(&h.post->consumed_cache, c);  // one poster: no one else reads it
+  } else {
+    kinet::detail::atomic_ref_t<uint64_t, kScope<S>> r(h.post->consumed_cache);
+    uint64_t cur = r.load(kinet::detail::mo::memory_order_relaxed);
+    while (cur < c && !r.compare_exchange_weak(cur, c, kinet::detail::mo::memory_order_release,
+                                               kinet::detail::mo::memory_order_relaxed)) {
+    }
+  }
   return c;
 }
+
+// Posters waiting for space whose first slot lies this close to the cached
+// consumer index (+ ring size) read the proxy's index themselves; the others
+// wait for them to raise the cache. The first waiter (lowest index) is always
+// within the window: every slot before it went to a poster that saw space,
+// through the cache or through a read that raised the cache first.
+inline constexpr uint64_t kProxyRefreshWindow = 64;
 
 // Records the first device-side failure (ProxyPostState::local_error).
 template <Sharing S> KINET_HD Status proxy_fail(const ProxyHandle& h, Status st) {
@@ -67,13 +83,17 @@ template <Sharing S> KINET_HD uint64_t proxy_take(const ProxyHandle& h, uint32_t
   }
 }
 
-// Waits (bounded) until indices below `end` fit in the ring.
-template <Sharing S> KINET_HD Status proxy_wait_space(const ProxyHandle& h, uint64_t end) {
+// Waits (bounded) until the indices [first, end) fit in the ring.
+template <Sharing S> KINET_HD Status proxy_wait_space(const ProxyHandle& h, uint64_t first, uint64_t end) {
   const uint64_t n = h.size();
-  if (end <= load_acquire<kScope<S>>(&h.post->consumed_cache) + n) return Status::Ok;
+  uint64_t c = load_acquire<kScope<S>>(&h.post->consumed_cache);
+  if (end <= c + n) return Status::Ok;
   const uint64_t t0 = now_ns();
   for (;;) {
-    if (end <= proxy_read_consumed<S>(h) + n) return Status::Ok;
+    if (S == Sharing::Exclusive || first < c + n + kProxyRefreshWindow) {
+      c = proxy_read_consumed<S>(h);
+      if (end <= c + n) return Status::Ok;
+    }
     if (now_ns() - t0 > h.timeout_ns) {
       // The reserved slots will never be published: the proxy would wait at
       // them forever. Later posts get QpBroken.
@@ -81,6 +101,8 @@ template <Sharing S> KINET_HD Status proxy_wait_space(const ProxyHandle& h, uint
       return proxy_fail<S>(h, Status::TimeoutSqSpace);
     }
     spin_pause();
+    c = load_acquire<kScope<S>>(&h.post->consumed_cache);
+    if (end <= c + n) return Status::Ok;
   }
 }
 
@@ -101,7 +123,7 @@ template <Sharing S> KINET_HD Status reserve(const ProxyHandle& h, uint32_t n, u
   if (load_relaxed<kScope<S>>(&h.post->broken)) return detail::proxy_fail<S>(h, Status::QpBroken);
   const uint64_t f = detail::proxy_take<S>(h, n);
   *first = f;
-  return detail::proxy_wait_space<S>(h, f + n);
+  return detail::proxy_wait_space<S>(h, f, f + n);
 }
 
 template <Sharing S> KINET_HD Status try_reserve(const ProxyHandle& h, uint32_t n, uint64_t* first) {
@@ -127,12 +149,21 @@ template <Sharing S> KINET_HD Status try_reserve(const ProxyHandle& h, uint32_t 
 
 template <Sharing S> KINET_HD void publish(const ProxyHandle& h, uint64_t idx, const ProxyDesc& d) {
   ProxyDesc* s = &h.ring[idx & (h.size() - 1)];
+#if KINET_ON_DEVICE
+  // Three 16-byte stores (the body is 16-byte aligned): fewer, larger writes
+  // over PCIe than six 8-byte ones.
+  ulonglong2* b = reinterpret_cast<ulonglong2*>(&s->laddr);
+  b[0] = make_ulonglong2(d.laddr, d.raddr);
+  b[1] = make_ulonglong2(d.len, d.arg);
+  b[2] = make_ulonglong2(d.sig_raddr, d.keys);
+#else
   s->laddr = d.laddr;
   s->raddr = d.raddr;
   s->len = d.len;
   s->arg = d.arg;
   s->sig_raddr = d.sig_raddr;
   s->keys = d.keys;
+#endif
   const uint64_t v = detail::proxy_valid_bit(h.log_n, idx);
   // The body above, then the header, for the proxy thread (system scope: it
   // reads host memory that this GPU writes over PCIe).
@@ -161,17 +192,19 @@ KINET_HD ProxyDesc make_nop(uint32_t flags) { return ProxyDesc{detail::proxy_h0(
 
 template <Sharing S> KINET_HD Status test(const ProxyHandle& h, Ticket t) {
   if (!detail::proxy_handle_ok<S>(h)) return Status::InvalidArgument;
-  // error_* are written before the release of completed that passes them.
-  const uint64_t done = load_acquire<Scope::System>(&h.shared->completed);
-  const int32_t es = load_acquire<Scope::System>(&h.shared->error_status);
-  if (es != 0) {
+  // One read in the common case (a healthy, open channel).
+  const uint64_t w = load_acquire<Scope::System>(&h.shared->completed);
+  const uint64_t done = w & kProxyDoneIndex;
+  if (!(w & (kProxyDoneError | kProxyDoneClosed))) return done >= t.idx ? Status::Ok : Status::Pending;
+  if (w & kProxyDoneError) {
+    // error_* were written before the release of the word that carries the bit.
+    const int32_t es = load_relaxed<Scope::System>(&h.shared->error_status);
     const uint64_t ei = load_relaxed<Scope::System>(&h.shared->error_index);
-    if (ei < t.idx && (done >= t.idx || load_acquire<Scope::System>(&h.shared->closed)))
+    if (ei < t.idx && (done >= t.idx || (w & kProxyDoneClosed)))
       return ei >= t.first ? static_cast<Status>(es) : Status::WrFlushed;
   }
   if (done >= t.idx) return Status::Ok;
-  if (load_acquire<Scope::System>(&h.shared->closed)) return Status::WrFlushed;
-  return Status::Pending;
+  return (w & kProxyDoneClosed) ? Status::WrFlushed : Status::Pending;
 }
 
 template <Sharing S> KINET_HD Status wait(const ProxyHandle& h, Ticket t) {
@@ -259,7 +292,7 @@ __device__ Status warp_post(const ProxyHandle& h, uint32_t flags, Ticket* t, Mak
     else if (load_relaxed<kScope<S>>(&h.post->broken)) st = static_cast<int>(detail::proxy_fail<S>(h, Status::QpBroken));
     else {
       first = S == Sharing::Exclusive ? detail::proxy_take<S>(h, n) : fetch_add_relaxed<kScope<S>>(&h.post->reserved, uint64_t{n});
-      st = static_cast<int>(detail::proxy_wait_space<S>(h, first + n));
+      st = static_cast<int>(detail::proxy_wait_space<S>(h, first, first + n));
     }
   }
   st = __shfl_sync(mask, st, leader);
@@ -285,7 +318,7 @@ __device__ Status cta_post(const ProxyHandle& h, uint32_t flags, Ticket* t, Make
       uint64_t f = S == Sharing::Exclusive ? detail::proxy_take<S>(h, n)
                                             : fetch_add_relaxed<kScope<S>>(&h.post->reserved, uint64_t{n});
       s_first = f;
-      st = static_cast<int>(detail::proxy_wait_space<S>(h, f + n));
+      st = static_cast<int>(detail::proxy_wait_space<S>(h, f, f + n));
     }
     s_status = st;
   }
