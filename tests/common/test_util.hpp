@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "kinet/kinet.hpp"
 #include "kinet/status.hpp"
 
 namespace kinet {
@@ -79,5 +80,19 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // Case-insensitive: does `text` contain any of `words`?
 bool mentions_any(const std::string& text, std::initializer_list<const char*> words);
+
+// Runs f, which must throw kinet::Error with `code` and a message containing
+// `part` (a failure otherwise); returns the message ("" when nothing threw).
+template <class F> std::string expect_error(F&& f, ErrorCode code, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing \"" << part << "\"";
+  } catch (const kinet::Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "\"" << part << "\" not in: " << e.what();
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace kinet::test

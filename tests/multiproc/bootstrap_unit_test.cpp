@@ -14,21 +14,13 @@
 
 #include "bootstrap/socket.hpp"
 #include "kinet/bootstrap.hpp"
+#include "test_util.hpp"
 
 namespace {
 using namespace std::chrono_literals;
 using kinet::ErrorCode;
 
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing \"" << part << "\"";
-  } catch (const kinet::Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using kinet::test::expect_error;
 
 struct Loopback : ::testing::Test {
   void SetUp() override { setenv("KINET_SOCKET_IFNAME", "lo", 1); }

@@ -36,54 +36,29 @@ inline bool write_all(int fd, const void* p, size_t n) {
   return true;
 }
 
-inline std::vector<RankResult> run_ranks(int n, const RankFn& fn, std::chrono::milliseconds bound,
-                                         std::chrono::milliseconds bs_timeout = std::chrono::milliseconds(20000)) {
-  int idp[2];
-  if (pipe(idp) != 0) return {};
-  std::vector<pid_t> pids(n, -1);
-  std::vector<int> outs(n, -1);
-  for (int r = 0; r < n; ++r) {
-    int op[2];
-    if (pipe(op) != 0) break;
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(op[0]);
-      int code = 0;
-      std::string msg;
-      try {
-        std::string id;
-        if (r == 0) {
-          id = UniqueId::create().to_string();
-          for (int k = 1; k < n; ++k) write_all(idp[1], (id + "\n").data(), id.size() + 1);  // < PIPE_BUF: atomic
-        } else {
-          char buf[257];
-          size_t got = 0;
-          while (got < sizeof buf) {
-            const ssize_t k = ::read(idp[0], buf + got, sizeof buf - got);
-            if (k <= 0) _exit(4);
-            got += static_cast<size_t>(k);
-          }
-          id.assign(buf, 256);
-        }
-        auto bs = Bootstrap::init(UniqueId::from_string(id), r, n, bs_timeout);
-        msg = fn(r, n, *bs);
-        code = msg.empty() ? 0 : 1;
-      } catch (const std::exception& e) {
-        msg = e.what();
-        code = 3;
-      }
-      write_all(op[1], msg.data(), msg.size());
-      _exit(code);
-    }
-    close(op[1]);
-    pids[r] = pid;
-    outs[r] = op[0];
+// In a forked rank: runs fn() (its complaint; "" = passed), writes it to fd
+// and exits 0 (passed), 1 (a complaint) or 3 (an exception).
+template <class F> [[noreturn]] void rank_exit(int fd, F&& fn) {
+  int code = 0;
+  std::string msg;
+  try {
+    msg = fn();
+    code = msg.empty() ? 0 : 1;
+  } catch (const std::exception& e) {
+    msg = e.what();
+    code = 3;
   }
-  close(idp[0]);
-  close(idp[1]);
-  std::vector<RankResult> res(n);
+  write_all(fd, msg.data(), msg.size());
+  _exit(code);
+}
+
+// Waits for the forked ranks (pid -1: never started), killing those still
+// running at `bound`, and reads what each wrote to its pipe.
+inline std::vector<RankResult> collect_ranks(const std::vector<pid_t>& pids, const std::vector<int>& outs,
+                                             std::chrono::milliseconds bound) {
+  std::vector<RankResult> res(pids.size());
   const auto deadline = std::chrono::steady_clock::now() + bound;
-  for (int r = 0; r < n; ++r) {
+  for (size_t r = 0; r < pids.size(); ++r) {
     if (pids[r] < 0) continue;
     int st = 0;
     for (;;) {
@@ -103,6 +78,46 @@ inline std::vector<RankResult> run_ranks(int n, const RankFn& fn, std::chrono::m
     close(outs[r]);
   }
   return res;
+}
+
+inline std::vector<RankResult> run_ranks(int n, const RankFn& fn, std::chrono::milliseconds bound,
+                                         std::chrono::milliseconds bs_timeout = std::chrono::milliseconds(20000)) {
+  int idp[2];
+  if (pipe(idp) != 0) return {};
+  std::vector<pid_t> pids(n, -1);
+  std::vector<int> outs(n, -1);
+  for (int r = 0; r < n; ++r) {
+    int op[2];
+    if (pipe(op) != 0) break;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(op[0]);
+      rank_exit(op[1], [&] {
+        std::string id;
+        if (r == 0) {
+          id = UniqueId::create().to_string();
+          for (int k = 1; k < n; ++k) write_all(idp[1], (id + "\n").data(), id.size() + 1);  // < PIPE_BUF: atomic
+        } else {
+          char buf[257];
+          size_t got = 0;
+          while (got < sizeof buf) {
+            const ssize_t k = ::read(idp[0], buf + got, sizeof buf - got);
+            if (k <= 0) _exit(4);
+            got += static_cast<size_t>(k);
+          }
+          id.assign(buf, 256);
+        }
+        auto bs = Bootstrap::init(UniqueId::from_string(id), r, n, bs_timeout);
+        return fn(r, n, *bs);
+      });
+    }
+    close(op[1]);
+    pids[r] = pid;
+    outs[r] = op[0];
+  }
+  close(idp[0]);
+  close(idp[1]);
+  return collect_ranks(pids, outs, bound);
 }
 
 }  // namespace kinet::test

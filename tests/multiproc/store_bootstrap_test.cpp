@@ -29,43 +29,13 @@ std::vector<RankResult> fork_ranks(const std::vector<int>& ranks, const StoreFn&
     const pid_t pid = fork();
     if (pid == 0) {
       close(op[0]);
-      int code = 0;
-      std::string msg;
-      try {
-        msg = fn(r);
-        code = msg.empty() ? 0 : 1;
-      } catch (const std::exception& e) {
-        msg = e.what();
-        code = 3;
-      }
-      write_all(op[1], msg.data(), msg.size());
-      _exit(code);
+      rank_exit(op[1], [&] { return fn(r); });
     }
     close(op[1]);
     pids.push_back(pid);
     outs.push_back(op[0]);
   }
-  std::vector<RankResult> res(pids.size());
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int st = 0;
-    for (;;) {
-      if (waitpid(pids[i], &st, WNOHANG) == pids[i]) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], &st, 0);
-        res[i].timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    res[i].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    char buf[4096];
-    ssize_t k;
-    while ((k = ::read(outs[i], buf, sizeof buf)) > 0) res[i].out.append(buf, static_cast<size_t>(k));
-    close(outs[i]);
-  }
-  return res;
+  return collect_ranks(pids, outs, bound);
 }
 
 struct FromStoreRanks : ::testing::TestWithParam<int> {

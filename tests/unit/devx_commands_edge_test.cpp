@@ -8,6 +8,7 @@
 #include "kinet/kinet.hpp"
 #include "providers/emu/devx/devx_decode.hpp"
 #include "providers/mlx5/commands/builders.hpp"
+#include "test_util.hpp"
 
 namespace {
 namespace cmd = kinet::mlx5::cmd;
@@ -15,16 +16,7 @@ namespace devx = kinet::emu::devx;
 using Bytes = std::vector<uint8_t>;
 using kinet::ErrorCode;
 
-// Runs f, which must throw kinet::Error(code) whose message contains `needle`.
-template <class F> void expect_error(F f, ErrorCode code, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
-  } catch (const kinet::Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using kinet::test::expect_error;
 
 TEST(DevxBuilderEdges, FieldWidthLimits) {
   Bytes in(cmd::kCreateQpInBytes);

@@ -14,23 +14,14 @@
 
 #include "fabric/endpoint.hpp"
 #include "kinet/kinet.hpp"
+#include "test_util.hpp"
 
 namespace {
 using kinet::Error;
 using kinet::ErrorCode;
 using kinet::RemoteKey;
 
-// Runs f, expects an Error of `code` whose message contains `part`.
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing \"" << part << "\"";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "\"" << part << "\" not in: " << e.what();
-  }
-}
+using kinet::test::expect_error;
 
 RemoteKey sample() {
   RemoteKey k;

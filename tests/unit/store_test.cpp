@@ -18,24 +18,14 @@
 #include "core/cuda_shim.hpp"
 #include "kinet/bootstrap.hpp"
 #include "kinet/store.hpp"
+#include "test_util.hpp"
 
 namespace {
 using namespace std::chrono_literals;
 using kinet::ErrorCode;
 namespace fs = std::filesystem;
 
-template <class F>
-std::string expect_error(F&& f, ErrorCode code, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing \"" << part << "\"";
-  } catch (const kinet::Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    return e.what();
-  }
-  return "";
-}
+using kinet::test::expect_error;
 
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 
