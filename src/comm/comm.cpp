@@ -606,7 +606,7 @@ std::string Comm::device_error() const {
          std::to_string(s.err_offset);
   e += std::string(": ") + status_string(static_cast<Status>(st));
   const auto op = static_cast<dev::CommOp>(s.err_op);
-  if (s.err_counter && static_cast<Status>(st) == Status::InvalidArgument && s.err_window != ~0u)
+  if (s.err_counter == 2 && s.err_window != ~0u)
     e += " (counter " + std::to_string(s.err_offset) + " out of range: the window has " +
          std::to_string(s.err_expected) + " counters)";
   else if (op == dev::CommOp::WaitCounter)

@@ -176,7 +176,7 @@ struct CommState {
   uint64_t err_expected;   // what was waited for (a signal value, a barrier epoch)
   uint64_t err_seen;       // what was there at the end
   uint32_t err_lock;
-  uint32_t err_counter;    // 1: err_offset is a counter index (err_expected: the window's count when refused)
+  uint32_t err_counter;    // 1: err_offset is a counter index; 2: that index was refused (err_expected: the count)
 };
 static_assert(sizeof(CommState) == 56);
 

@@ -28,9 +28,9 @@ KINET_HD uint64_t comm_ring_size(const CommPeer& p) { return comm_gdaki(p.path) 
 KINET_HD Status comm_ctr_at(const CommHandle& c, const WindowHandle& w, uint32_t index, int peer, CommOp op,
                             uint64_t** ctr, uint64_t value) {
   if (c.abi != kCommHandleAbi || w.abi != kWindowHandleAbi)
-    return comm_fail(c, Status::InvalidArgument, peer, op, kNoWindow, index, value, 0, true);
+    return comm_fail(c, Status::InvalidArgument, peer, op, kNoWindow, index, value, 0, 2);
   if (index >= w.ncounters || w.counters == nullptr)
-    return comm_fail(c, Status::InvalidArgument, peer, op, w.id, index, w.ncounters, 0, true);
+    return comm_fail(c, Status::InvalidArgument, peer, op, w.id, index, w.ncounters, 0, 2);
   *ctr = w.counters + 2 * uint64_t{index};
   return Status::Ok;
 }
@@ -193,13 +193,13 @@ KINET_HD Status comm_ctr_trouble(const CommHandle& c, const WindowHandle& w, uin
   const uint64_t f = load_acquire<Scope::System>(ctr + 1);
   if (f != 0)
     return comm_fail(c, static_cast<Status>(static_cast<int32_t>(static_cast<uint32_t>(f))),
-                     static_cast<int>(static_cast<uint32_t>(f >> 32)), op, w.id, index, value, seen, true);
+                     static_cast<int>(static_cast<uint32_t>(f >> 32)), op, w.id, index, value, seen, 1);
   for (int p = 0; p < c.size; ++p) {
     const CommPeer& cp = c.peers[p];
     CommCounterTrack* t = comm_ctr_track(cp);
     if (t == nullptr || load_relaxed<kScope<S>>(&t->tagged) <= load_relaxed<kScope<S>>(&t->credited)) continue;
     const Status h = comm_peer_health<S>(c, p);
-    if (h != Status::Ok && comm_ctr_outstanding<S>(cp, ctr)) return comm_fail(c, h, p, op, w.id, index, value, seen, true);
+    if (h != Status::Ok && comm_ctr_outstanding<S>(cp, ctr)) return comm_fail(c, h, p, op, w.id, index, value, seen, 1);
   }
   return Status::Ok;
 }
@@ -217,7 +217,7 @@ KINET_HD Status read_counter(const CommHandle& c, const WindowHandle& w, uint32_
   if (f == 0) return Status::Ok;
   return detail::comm_fail(c, static_cast<Status>(static_cast<int32_t>(static_cast<uint32_t>(f))),
                            static_cast<int>(static_cast<uint32_t>(f >> 32)), CommOp::ReadCounter, w.id, index, 0, v,
-                           true);
+                           1);
 }
 
 template <Sharing S>
@@ -237,7 +237,7 @@ KINET_HD Status wait_counter(const CommHandle& c, const WindowHandle& w, uint32_
     if (Status t = detail::comm_ctr_trouble<S>(c, w, index, ctr, CommOp::WaitCounter, value, v); t != Status::Ok)
       return t;
     if (now_ns() - t0 > c.timeout_ns)
-      return detail::comm_fail(c, Status::TimeoutCompletion, -1, CommOp::WaitCounter, w.id, index, value, v, true);
+      return detail::comm_fail(c, Status::TimeoutCompletion, -1, CommOp::WaitCounter, w.id, index, value, v, 1);
     spin_pause();
   }
 }

@@ -19,9 +19,9 @@ KINET_HD bool comm_gdaki(uint32_t path) { return path == static_cast<uint32_t>(C
 
 // Records this rank's first failure (later ones only return their status).
 // The fields are written before the release of err_status the host acquires.
-// counter: off is a counter index (CommState::err_counter).
+// counter: CommState::err_counter (1: off is a counter index; 2: that index was refused).
 KINET_HD Status comm_fail(const CommHandle& c, Status st, int peer, CommOp op, uint32_t win, uint64_t off,
-                          uint64_t expected = 0, uint64_t seen = 0, bool counter = false) {
+                          uint64_t expected = 0, uint64_t seen = 0, uint32_t counter = 0) {
   CommState* s = c.abi == kCommHandleAbi ? c.state : nullptr;  // a bad handle's pointers are not followed
   if (s && try_lock<Scope::System>(&s->err_lock)) {
     s->err_peer = peer;
@@ -30,7 +30,7 @@ KINET_HD Status comm_fail(const CommHandle& c, Status st, int peer, CommOp op, u
     s->err_offset = off;
     s->err_expected = expected;
     s->err_seen = seen;
-    s->err_counter = counter ? 1u : 0u;
+    s->err_counter = counter;
     store_release<Scope::System>(&s->err_status, static_cast<int32_t>(st));
   }
   return st;
