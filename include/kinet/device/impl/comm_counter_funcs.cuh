@@ -186,7 +186,8 @@ template <Sharing S> KINET_HD bool comm_ctr_outstanding(const CommPeer& p, const
 // The status a counter wait ends with besides Ok and the timeout: a failure
 // recorded on the counter, or a failed or lost peer (the monitor's mark, a
 // failed or closed channel, a QP in error) with an operation of this counter
-// outstanding. Recorded as op's failure. Ok: keep waiting.
+// outstanding (then also recorded on the counter). Recorded as op's
+// failure. Ok: keep waiting.
 template <Sharing S>
 KINET_HD Status comm_ctr_trouble(const CommHandle& c, const WindowHandle& w, uint32_t index, uint64_t* ctr, CommOp op,
                                  uint64_t value, uint64_t seen) {
@@ -199,7 +200,10 @@ KINET_HD Status comm_ctr_trouble(const CommHandle& c, const WindowHandle& w, uin
     CommCounterTrack* t = comm_ctr_track(cp);
     if (t == nullptr || load_relaxed<kScope<S>>(&t->tagged) <= load_relaxed<kScope<S>>(&t->credited)) continue;
     const Status h = comm_peer_health<S>(c, p);
-    if (h != Status::Ok && comm_ctr_outstanding<S>(cp, ctr)) return comm_fail(c, h, p, op, w.id, index, value, seen, 1);
+    if (h != Status::Ok && comm_ctr_outstanding<S>(cp, ctr)) {
+      comm_ctr_failed(ctr, p, h);  // read_counter says so too, before the completion (if any) is credited
+      return comm_fail(c, h, p, op, w.id, index, value, seen, 1);
+    }
   }
   return Status::Ok;
 }
