@@ -273,8 +273,9 @@ template <Sharing S = Sharing::Gpu> KINET_HD Status barrier(const CommHandle& c)
 // quiet, fence, barrier and counted posts credit the completions that have
 // arrived; between those the word in memory (CommWindow::counter on the host)
 // is a lower bound. Operations posted without a counter cost nothing more.
-// A counted operation that fails (an error CQE, a failed or closed channel)
-// is not counted: its status and peer go to the counter's failure word, and
+// A counted operation that fails (an error CQE, a failed or closed channel,
+// its peer lost while a wait_counter found it outstanding) is not counted:
+// its status and peer go to the counter's failure word, and
 // read_counter / wait_counter return that status (first failure wins;
 // reset_counter clears it). Errors of a counted post: InvalidArgument for an
 // index >= src.ncounters (nothing posted; the error record names the window
