@@ -5,7 +5,7 @@
 // emulated doorbell). Every operation, the warp and CTA puts, data verified
 // byte for byte; then the local-completion counters (k_counters): a source
 // rewritten as soon as wait_counter returned, counted warp / CTA puts and a
-// counted put_signal, exact counts, a refused counter index.
+// counted warp / CTA put_signal, exact counts, a refused counter index.
 // The processes are forked before any CUDA call (tests/multiproc/
 // comm_ranks.hpp); exit code 77 = skipped (no GPU).
 #include <cuda_runtime.h>
@@ -67,9 +67,9 @@ __global__ void k_group(dev::CommHandle c, dev::WindowHandle w, int* step) {
 
 // Counters, on a window of its own with 3 counters: thread 0 rewrites one
 // source kCRounds times, each put counted on counter 0 and waited for before
-// the next rewrite; then a warp and the CTA put counted on counter 1; then a
-// counted put_signal (counter 2) that the peer waits for. step[0] = the
-// first failing step (100 + i), step[1] its status.
+// the next rewrite; then a warp_put, a cta_put and a warp_put_signal counted
+// on counter 1, and a cta_put_signal counted on counter 2, whose signals the
+// peer waits for. step[0] = the first failing step, step[1] its status.
 constexpr uint64_t kCChunk = 1024, kCRounds = 8, kCSrc = 60 << 10, kCRecv = 32 << 10, kCWarp = 16 << 10,
                    kCCta = 24 << 10, kCSig = 56 << 10;
 __global__ void k_counters(dev::CommHandle c, dev::WindowHandle w, int* step) {
@@ -98,15 +98,23 @@ __global__ void k_counters(dev::CommHandle c, dev::WindowHandle w, int* step) {
   if (g != Status::Ok) step[0] = 200, step[1] = int(g);
   g = dev::cta_put(c, p, w, kCCta, w, 0, kCtaLen, CounterInc{1});
   if (g != Status::Ok) step[0] = 201, step[1] = int(g);
+  g = Status::Ok;
+  if (threadIdx.x < 32)
+    g = dev::warp_put_signal(c, p, w, kCRecv + kCRounds * kCChunk, w, 0, 64, w, kCSig + 8, SigOp::Add, 1,
+                             CounterInc{1});
+  if (g != Status::Ok) step[0] = 202, step[1] = int(g);
+  g = dev::cta_put_signal(c, p, w, kCRecv + kCRounds * kCChunk + 64, w, 64, 64, w, kCSig, SigOp::Add, 1,
+                          CounterInc{2});
+  if (g != Status::Ok) step[0] = 203, step[1] = int(g);
   if (threadIdx.x != 0 || step[0] != 0) return;
   uint64_t v0 = 0, v1 = 0, v2 = 0;
   i = 300;
-  if (ok(dev::wait_counter(c, w, 1, 2)) &&
-      ok(dev::put_signal(c, p, w, kCRecv + kCRounds * kCChunk, w, 0, 64, w, kCSig, SigOp::Add, 1, CounterInc{2})) &&
-      ok(dev::quiet(c)) && ok(dev::read_counter(c, w, 0, &v0)) && ok(dev::read_counter(c, w, 1, &v1)) &&
-      ok(dev::read_counter(c, w, 2, &v2)) && ok(v0 == kCRounds && v1 == 2 && v2 == 1 ? Status::Ok : Status::Pending) &&
+  if (ok(dev::wait_counter(c, w, 1, 3)) && ok(dev::quiet(c)) && ok(dev::read_counter(c, w, 0, &v0)) &&
+      ok(dev::read_counter(c, w, 1, &v1)) && ok(dev::read_counter(c, w, 2, &v2)) &&
+      ok(v0 == kCRounds && v1 == 3 && v2 == 1 ? Status::Ok : Status::Pending) &&
       ok(dev::put(c, p, w, 0, w, 0, 8, CounterInc{3}) == Status::InvalidArgument ? Status::Ok : Status::Pending) &&
-      ok(dev::wait_signal(c, w, kCSig, Cmp::Eq, 1, p)) && ok(dev::barrier(c)))
+      ok(dev::wait_signal(c, w, kCSig, Cmp::Eq, 1, p)) && ok(dev::wait_signal(c, w, kCSig + 8, Cmp::Eq, 1, p)) &&
+      ok(dev::barrier(c)))
     return;
   step[0] = i;
   step[1] = int(s);
@@ -183,7 +191,9 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
     if (h[kCWarp + i] != pat(p, i)) return "counted warp_put byte " + std::to_string(i);
   for (uint64_t i = 0; i < kCtaLen; ++i)
     if (h[kCCta + i] != pat(p, i)) return "counted cta_put byte " + std::to_string(i);
-  if (cwin.counter(0) != kCRounds || cwin.counter(1) != 2 || cwin.counter(2) != 1)
+  for (uint64_t i = 0; i < 128; ++i)
+    if (h[kCRecv + kCRounds * kCChunk + i] != pat(p, i)) return "counted warp/cta put_signal byte " + std::to_string(i);
+  if (cwin.counter(0) != kCRounds || cwin.counter(1) != 3 || cwin.counter(2) != 1)
     return "host counters " + std::to_string(cwin.counter(0)) + " " + std::to_string(cwin.counter(1)) + " " +
            std::to_string(cwin.counter(2));
   cudaFree(step);
