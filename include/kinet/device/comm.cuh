@@ -279,8 +279,9 @@ template <Sharing S = Sharing::Gpu> KINET_HD Status barrier(const CommHandle& c)
 // read_counter / wait_counter return that status (first failure wins;
 // reset_counter clears it). Errors of a counted post: InvalidArgument for an
 // index >= src.ncounters (nothing posted; the error record names the window
-// and the counter); TimeoutCompletion when the ring slot's previous counted
-// operation did not complete within timeout_ns (nothing posted).
+// and the counter); TimeoutCompletion when the operation that last used the
+// ring slot did not complete within timeout_ns (the slot is posted as a NOP,
+// nothing moves).
 
 // put / put_signal counted on counter ctr.index of `src`.
 template <Sharing S = Sharing::Gpu>
