@@ -219,7 +219,20 @@ TEST_P(CommCounterEdges, BadIndexAndTimeout) {
           comm.alloc_symmetric(4096, CommConfig::kMaxCounters + 1);
           return std::string("kMaxCounters + 1 accepted");
         } catch (const Error& x) {
-          REQ(x.code() == ErrorCode::InvalidArgument, x.what());
+          REQ(x.code() == ErrorCode::InvalidArgument &&
+                  std::string(x.what()).find("counters 65537 is above 65536") != std::string::npos,
+              x.what());
+        }
+        REQ(comm.alloc_symmetric(4096, CommConfig::kMaxCounters).counters() == CommConfig::kMaxCounters, "the max");
+        try {
+          CommConfig big = path_config(k);
+          big.counters = CommConfig::kMaxCounters + 1;
+          Comm x(bs, big);
+          return std::string("CommConfig::counters 65537 accepted");
+        } catch (const Error& x) {
+          REQ(x.code() == ErrorCode::InvalidArgument &&
+                  std::string(x.what()).find("counters 65537 is above 65536") != std::string::npos,
+              x.what());
         }
         // Nothing of the refused calls arrived.
         REQ(dev::barrier(c) == Status::Ok, "barrier");

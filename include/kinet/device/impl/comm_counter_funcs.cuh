@@ -153,9 +153,16 @@ template <Sharing S> KINET_HD uint64_t comm_ctr_mark(const CommPeer& p) {
   return t ? load_relaxed<kScope<S>>(&t->tagged) : 0;
 }
 
-// After a quiet of `peer` returned Ok: every counted operation below `want`
-// completed, so this only waits for a crediting thread that holds the lock.
-template <Sharing S> KINET_HD Status comm_ctr_settle(const CommHandle& c, int peer, uint64_t want) {
+// After a quiet of `peer` that returned `quiet`. Ok: every counted operation
+// below `want` completed, so this only waits for a crediting thread that
+// holds the lock. A failed quiet: one crediting pass, so that what failed is
+// recorded on its counters now (a later reset_counter then sticks), no wait.
+// Returns `quiet`, or TimeoutCompletion.
+template <Sharing S> KINET_HD Status comm_ctr_settle(const CommHandle& c, int peer, uint64_t want, Status quiet) {
+  if (quiet != Status::Ok) {
+    comm_ctr_progress<S>(c.peers[peer], peer, true);
+    return quiet;
+  }
   CommCounterTrack* t = comm_ctr_track(c.peers[peer]);
   const uint64_t t0 = now_ns();
   while (load_acquire<kScope<S>>(&t->credited) < want) {

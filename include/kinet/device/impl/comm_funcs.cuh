@@ -46,7 +46,7 @@ template <Sharing S> KINET_HD Status comm_post_counted(const CommHandle& c, int 
 template <Sharing S, class Prep>
 KINET_HD Status comm_qp_counted(const CommHandle& c, int peer, uint64_t* ctr, Prep prep);
 template <Sharing S> KINET_HD uint64_t comm_ctr_mark(const CommPeer& p);
-template <Sharing S> KINET_HD Status comm_ctr_settle(const CommHandle& c, int peer, uint64_t want);
+template <Sharing S> KINET_HD Status comm_ctr_settle(const CommHandle& c, int peer, uint64_t want, Status quiet);
 
 // The checks every peer operation makes on the handle, the peer and one
 // range of the peer's part of w (mapped there when the path is Self or P2p).
@@ -477,7 +477,7 @@ template <Sharing S> KINET_HD Status quiet(const CommHandle& c) {
   for (int p = 0; p < c.size; ++p) {
     const uint64_t mark = detail::comm_ctr_mark<S>(c.peers[p]);  // counted operations posted before this quiet
     Status st = detail::comm_quiet_peer<S>(c.peers[p]);
-    if (st == Status::Ok && mark) st = detail::comm_ctr_settle<S>(c, p, mark);
+    if (mark) st = detail::comm_ctr_settle<S>(c, p, mark, st);
     if (st != Status::Ok) return detail::comm_fail(c, st, p, CommOp::Quiet, detail::kNoWindow, 0);
   }
   fence_release<Scope::System>();  // P2p / Self stores
@@ -489,7 +489,7 @@ template <Sharing S> KINET_HD Status fence(const CommHandle& c, int peer) {
     return detail::comm_fail(c, Status::InvalidArgument, peer, CommOp::Fence, detail::kNoWindow, 0);
   const uint64_t mark = detail::comm_ctr_mark<S>(c.peers[peer]);
   Status st = detail::comm_quiet_peer<S>(c.peers[peer]);
-  if (st == Status::Ok && mark) st = detail::comm_ctr_settle<S>(c, peer, mark);
+  if (mark) st = detail::comm_ctr_settle<S>(c, peer, mark, st);
   if (st != Status::Ok) return detail::comm_fail(c, st, peer, CommOp::Fence, detail::kNoWindow, 0);
   fence_release<Scope::System>();
   return Status::Ok;
@@ -509,7 +509,7 @@ template <Sharing S> KINET_HD Status barrier(const CommHandle& c) {
   for (int p = 0; p < c.size; ++p) {
     const uint64_t mark = detail::comm_ctr_mark<S>(c.peers[p]);
     Status st = detail::comm_quiet_peer<S>(c.peers[p]);
-    if (st == Status::Ok && mark) st = detail::comm_ctr_settle<S>(c, p, mark);
+    if (mark) st = detail::comm_ctr_settle<S>(c, p, mark, st);
     if (st != Status::Ok && bad < 0) bad = p, first = st;
   }
   fence_release<Scope::System>();  // P2p / Self stores before the arrivals
