@@ -193,9 +193,9 @@ TEST_P(CommCounterEdges, BadIndexAndTimeout) {
             e);
         REQ(dev::put_signal(c, p, w, 1024, w, 0, 64, w, 2048, SigOp::Add, 1, CounterInc{3}) == Status::InvalidArgument,
             "put_signal counter 3");
-        REQ(dev::put_signal(c, p, w, 0, w, 0, 0, w, 2048, SigOp::Set, 9, CounterInc{~0u - 1}) ==
-                Status::InvalidArgument,
-            "signal counter 2^32-2");
+        REQ(dev::put_signal(c, p, w, 0, w, 0, 0, w, 2048, SigOp::Set, 9, CounterInc{~0u}) == Status::InvalidArgument,
+            "signal counter 2^32-1");
+        REQ(dev::put(c, p, w, 1024, w, 0, 64, CounterInc{~0u}) == Status::InvalidArgument, "counter 2^32-1");
         REQ(dev::put(c, p, w, 1024, none.handle(), 0, 64, CounterInc{0}) == Status::InvalidArgument,
             "a window without counters");
         uint64_t v = 5;

@@ -25,7 +25,7 @@ KINET_HD uint64_t comm_ring_size(const CommPeer& p) { return comm_gdaki(p.path) 
 
 // Counter `index` of w ({value, failure} pair), or InvalidArgument recorded
 // with the window and the counter (expected: how many the window has).
-KINET_HD Status comm_ctr_at(const CommHandle& c, const WindowHandle& w, uint32_t index, int peer, CommOp op,
+KINET_HD Status comm_ctr_at(const CommHandle& c, const WindowHandle& w, uint64_t index, int peer, CommOp op,
                             uint64_t** ctr, uint64_t value) {
   if (c.abi != kCommHandleAbi || w.abi != kWindowHandleAbi)
     return comm_fail(c, Status::InvalidArgument, peer, op, kNoWindow, index, value, 0, 2);

@@ -9,7 +9,7 @@ namespace kinet::dev {
 namespace detail {
 
 inline constexpr uint32_t kNoWindow = ~0u;
-inline constexpr uint32_t kNoCounter = ~0u;  // an operation without CounterInc
+inline constexpr uint64_t kNoCounter = ~uint64_t{0};  // an operation without CounterInc (no CounterInc::index)
 
 // Self and P2p: the peer's part is mapped here and moved by loads and stores.
 KINET_HD bool comm_direct(uint32_t path) {
@@ -39,7 +39,7 @@ KINET_HD Status comm_fail(const CommHandle& c, Status st, int peer, CommOp op, u
 KINET_HD bool in_window(const WindowHandle& w, uint64_t off, uint64_t n) { return off <= w.bytes && n <= w.bytes - off; }
 
 // Counters (bodies in comm_counter_funcs.cuh).
-KINET_HD Status comm_ctr_at(const CommHandle& c, const WindowHandle& w, uint32_t index, int peer, CommOp op,
+KINET_HD Status comm_ctr_at(const CommHandle& c, const WindowHandle& w, uint64_t index, int peer, CommOp op,
                             uint64_t** ctr, uint64_t value = 0);
 KINET_HD void comm_ctr_add(uint64_t* ctr);
 template <Sharing S> KINET_HD Status comm_post_counted(const CommHandle& c, int peer, const ProxyDesc& d, uint64_t* ctr);
@@ -96,7 +96,7 @@ template <Sharing S> KINET_HD Status comm_post(const ProxyHandle& h, const Proxy
 template <Sharing S>
 KINET_HD Status comm_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
                             const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                            uint64_t sig_off, SigOp op, uint64_t value, CommOp what, uint32_t ctr_index = kNoCounter) {
+                            uint64_t sig_off, SigOp op, uint64_t value, CommOp what, uint64_t ctr_index = kNoCounter) {
   if (Status e = comm_check(c, peer, sig, sig_off, 8, what); e != Status::Ok) return e;
   if ((sig_off & 7) != 0 || (op != SigOp::Add && op != SigOp::Set))
     return comm_fail(c, Status::InvalidArgument, peer, what, sig.id, sig_off);
@@ -309,7 +309,7 @@ KINET_HD Status comm_atomic(const CommHandle& c, int peer, const WindowHandle& w
 namespace detail {
 template <Sharing S>
 KINET_HD Status comm_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                         const WindowHandle& src, uint64_t src_off, uint64_t bytes, uint32_t ctr_index) {
+                         const WindowHandle& src, uint64_t src_off, uint64_t bytes, uint64_t ctr_index) {
   if (Status e = comm_check(c, peer, dst, dst_off, bytes, CommOp::Put); e != Status::Ok) return e;
   if (src.abi != kWindowHandleAbi || !in_window(src, src_off, bytes))
     return comm_fail(c, Status::InvalidArgument, peer, CommOp::Put, src.id, src_off);

@@ -16,7 +16,7 @@ namespace detail {
 template <Sharing S>
 __device__ __forceinline__ Status comm_group_put_check(const CommHandle& c, int peer, const WindowHandle& dst,
                                                        uint64_t dst_off, const WindowHandle& src, uint64_t src_off,
-                                                       uint64_t bytes, uint32_t ctr_index) {
+                                                       uint64_t bytes, uint64_t ctr_index) {
   if (Status e = comm_check(c, peer, dst, dst_off, bytes, CommOp::Put); e != Status::Ok) return e;
   if (src.abi != kWindowHandleAbi || !in_window(src, src_off, bytes))
     return comm_fail(c, Status::InvalidArgument, peer, CommOp::Put, src.id, src_off);
@@ -27,7 +27,7 @@ __device__ __forceinline__ Status comm_group_put_check(const CommHandle& c, int 
 
 template <Sharing S>
 __device__ Status warp_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                           const WindowHandle& src, uint64_t src_off, uint64_t bytes, uint32_t ctr_index) {
+                           const WindowHandle& src, uint64_t src_off, uint64_t bytes, uint64_t ctr_index) {
   const unsigned mask = __activemask();
   unsigned lane;
   asm("mov.u32 %0, %%laneid;" : "=r"(lane));
@@ -50,7 +50,7 @@ __device__ Status warp_put(const CommHandle& c, int peer, const WindowHandle& ds
 
 template <Sharing S>
 __device__ Status cta_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                          const WindowHandle& src, uint64_t src_off, uint64_t bytes, uint32_t ctr_index) {
+                          const WindowHandle& src, uint64_t src_off, uint64_t bytes, uint64_t ctr_index) {
   __shared__ int s_status;
   const uint32_t n = blockDim.x * blockDim.y * blockDim.z;
   const uint32_t rank = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -105,7 +105,7 @@ __device__ __forceinline__ bool comm_group_direct(const CommHandle& c, int peer)
 __device__ __forceinline__ Status comm_group_check(const CommHandle& c, int peer, const WindowHandle& dst,
                                                    uint64_t dst_off, const WindowHandle& src, uint64_t src_off,
                                                    uint64_t bytes, const WindowHandle& sig, uint64_t sig_off, SigOp op,
-                                                   CommOp what, uint32_t ctr_index) {
+                                                   CommOp what, uint64_t ctr_index) {
   if (Status e = comm_check(c, peer, sig, sig_off, 8, what); e != Status::Ok) return e;
   if ((sig_off & 7) != 0 || (op != SigOp::Add && op != SigOp::Set))
     return comm_fail(c, Status::InvalidArgument, peer, what, sig.id, sig_off);
@@ -124,7 +124,7 @@ __device__ __forceinline__ Status comm_group_check(const CommHandle& c, int peer
 // is cumulative).
 // Then the count, if any: the group's reads of the source are done.
 __device__ __forceinline__ void comm_group_apply_signal(const WindowHandle& sig, int peer, uint64_t sig_off, SigOp op,
-                                                        uint64_t value, const WindowHandle& src, uint32_t ctr_index) {
+                                                        uint64_t value, const WindowHandle& src, uint64_t ctr_index) {
   uint64_t* w = reinterpret_cast<uint64_t*>(sig.peers[peer].mapped + sig_off);
   fence_release<Scope::System>();
   if (op == SigOp::Add) fetch_add_relaxed<Scope::System>(w, value);
@@ -135,7 +135,7 @@ __device__ __forceinline__ void comm_group_apply_signal(const WindowHandle& sig,
 template <Sharing S>
 __device__ Status warp_comm_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
                                    const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                                   uint64_t sig_off, SigOp op, uint64_t value, CommOp what, uint32_t ctr_index) {
+                                   uint64_t sig_off, SigOp op, uint64_t value, CommOp what, uint64_t ctr_index) {
   const unsigned mask = __activemask();
   unsigned lane;
   asm("mov.u32 %0, %%laneid;" : "=r"(lane));
@@ -164,7 +164,7 @@ __device__ Status warp_comm_signal(const CommHandle& c, int peer, const WindowHa
 template <Sharing S>
 __device__ Status cta_comm_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
                                   const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                                  uint64_t sig_off, SigOp op, uint64_t value, CommOp what, uint32_t ctr_index) {
+                                  uint64_t sig_off, SigOp op, uint64_t value, CommOp what, uint64_t ctr_index) {
   // Two words: a thread that left the previous call may write s_check while
   // others still read that call's s_done (and s_done is written only after
   // every thread passed this call's first barrier).
