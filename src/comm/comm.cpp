@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/counters.hpp"
 #include "comm/gdaki.hpp"
 #include "comm/ipc.hpp"
 #include "core/cuda_shim.hpp"
@@ -381,33 +382,11 @@ void Comm::Impl::import_keys(CommWindow& w) {
   }
 }
 
-// One block: per proxy or gdaki peer a CommCounterTrack and a tag per ring
-// slot, zeroed; the peers' tables (and their GPU copy) point into it.
+// The counters' bookkeeping, with the first window that has counters.
 void Comm::Impl::ensure_counter_tracks() {
   if (ctr_mem) return;
-  std::vector<size_t> off(size, 0);
-  size_t total = 0;
-  for (int r = 0; r < size; ++r) {
-    const dev::CommPeer& p = peers[r];
-    uint64_t ring = 0;
-    if (p.path == uint32_t(CommPath::Proxy)) ring = p.ch.size();
-    if (p.path == uint32_t(CommPath::Gdaki)) ring = p.qp.size();
-    if (ring == 0) continue;
-    off[r] = total + 1;
-    total += sizeof(dev::CommCounterTrack) + ring * sizeof(dev::CommCounterTag);
-  }
-  if (total == 0) return;  // every peer is self or p2p: counted at once, no tracks
   ctr_on_gpu = gpu;
-  ctr_mem = static_cast<uint8_t*>(gpu ? cuda::alloc_device(total) : cuda::alloc_pinned(total));
-  for (int r = 0; r < size; ++r) {
-    if (off[r] == 0) continue;
-    auto* t = reinterpret_cast<dev::CommCounterTrack*>(ctr_mem + off[r] - 1);
-    // Posters may run on other windows meanwhile: they read the field atomically.
-    store_release<Scope::System>(&peers[r].ctr, t);
-    if (dev_peers)
-      cuda::copy(static_cast<uint8_t*>(dev_peers) + sizeof(dev::CommPeer) * r + offsetof(dev::CommPeer, ctr), &t,
-                 sizeof t);
-  }
+  ctr_mem = comm_counters::make_tracks(peers, size, gpu, dev_peers);
 }
 
 CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned, uint32_t counters) {
@@ -504,33 +483,11 @@ CommWindow& Comm::register_window(void* ptr, size_t bytes, uint32_t counters) {
   return add_window(ptr, bytes, false, counters);
 }
 
-namespace {
-uint64_t* counter_at(const dev::WindowHandle& h, uint32_t i) {
-  if (i >= h.ncounters)
-    throw Error(ErrorCode::InvalidArgument, "comm window " + std::to_string(h.id) + ": counter " + std::to_string(i) +
-                                                " out of range (the window has " + std::to_string(h.ncounters) +
-                                                " counters)");
-  return h.counters + 2 * uint64_t{i};
-}
-}  // namespace
-
 uint64_t CommWindow::counter(uint32_t i) const {
-  uint64_t* c = counter_at(h_, i);
-  if (!impl_->counters_on_gpu) return load_acquire<Scope::System>(c);
-  uint64_t v = 0;
-  cuda::copy(&v, c, sizeof v);
-  return v;
+  return comm_counters::read(comm_counters::at(h_, i), impl_->counters_on_gpu);
 }
-
 void CommWindow::reset_counter(uint32_t i, uint64_t value) {
-  uint64_t* c = counter_at(h_, i);
-  if (impl_->counters_on_gpu) {
-    const uint64_t pair[2] = {value, 0};
-    cuda::copy(c, pair, sizeof pair);
-    return;
-  }
-  store_relaxed<Scope::System>(c + 1, uint64_t{0});
-  store_release<Scope::System>(c, value);
+  comm_counters::reset(comm_counters::at(h_, i), value, impl_->counters_on_gpu);
 }
 
 int Comm::rank() const { return impl_->rank; }
