@@ -70,6 +70,12 @@ struct CommConfig {
   // The software NIC's fabric between the ranks' processes; FromEnv:
   // $KINET_EMU_FABRIC, and when that is unset Auto (shm on one host, else tcp).
   DeviceOptions::Fabric emu_fabric = DeviceOptions::Fabric::FromEnv;
+  // Local-completion counters of every window made without its own count
+  // (the `counters` argument of alloc_symmetric / register_window), at most
+  // kMaxCounters; kinet/device/comm.cuh "Counters" says what they count.
+  // 0: none, and nothing is allocated for them.
+  uint32_t counters = 0;
+  static constexpr uint32_t kMaxCounters = 1u << 16;
 };
 
 // One symmetric window: every rank has a part of bytes() bytes. Owned by
@@ -82,6 +88,18 @@ class CommWindow {
   size_t bytes() const { return h_.bytes; }
   uint32_t id() const { return h_.id; }
   bool gpu() const { return gpu_; }
+
+  // Local-completion counters (kinet/device/comm.cuh "Counters"), in this
+  // rank's memory (GPU memory when the Comm uses the GPU).
+  uint32_t counters() const { return h_.ncounters; }
+  // Counter i as last credited: the device API credits completions when it
+  // progresses (read_counter, wait_counter, quiet, ...), so between those
+  // this is a lower bound. Throws InvalidArgument for i >= counters().
+  uint64_t counter(uint32_t i) const;
+  // Sets counter i to value and clears its failure (as dev::reset_counter):
+  // operations counted on it that are still in flight add to the new value.
+  // Throws InvalidArgument for i >= counters().
+  void reset_counter(uint32_t i, uint64_t value = 0);
 
   struct Impl;
 
@@ -113,14 +131,18 @@ class Comm {
   bool gpu() const;  // windows in GPU memory, kernels post
 
   // Collective: a window of `bytes` bytes on every rank (the same on each,
-  // else InvalidArgument naming the ranks that differ), zeroed. Throws
-  // InvalidArgument (0 bytes), ResourceExhausted, System (a peer's window
-  // could not be mapped on a p2p path, naming the peer).
-  CommWindow& alloc_symmetric(size_t bytes);
+  // else InvalidArgument naming the ranks that differ), zeroed, with
+  // `counters` local-completion counters (kFromConfig: CommConfig::counters;
+  // local to each rank, they need not match). Throws InvalidArgument (0
+  // bytes, counters above CommConfig::kMaxCounters), ResourceExhausted,
+  // System (a peer's window could not be mapped on a p2p path, naming the
+  // peer).
+  static constexpr uint32_t kFromConfig = ~0u;
+  CommWindow& alloc_symmetric(size_t bytes, uint32_t counters = kFromConfig);
   // Collective: the caller's memory [ptr, ptr + bytes) as a window (GPU
   // memory when ptr is, else host memory); it must stay valid while the Comm
   // lives. Same errors as alloc_symmetric, and InvalidArgument for a null ptr.
-  CommWindow& register_window(void* ptr, size_t bytes);
+  CommWindow& register_window(void* ptr, size_t bytes, uint32_t counters = kFromConfig);
 
   // By value to kernels; valid while the Comm lives.
   dev::CommHandle device_handle() const;
@@ -147,7 +169,7 @@ class Comm {
   struct Impl;
 
  private:
-  CommWindow& add_window(void* ptr, size_t bytes, bool owned);
+  CommWindow& add_window(void* ptr, size_t bytes, bool owned, uint32_t counters);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/counters.hpp"
 #include "comm/gdaki.hpp"
 #include "comm/ipc.hpp"
 #include "core/cuda_shim.hpp"
@@ -98,8 +99,9 @@ WindowBlob unpack(const std::vector<uint8_t>& v, int rank) {
 }
 
 const char* op_name(uint32_t op) {
-  static const char* const names[] = {"none",    "put",         "put_value", "get",   "put_signal", "signal",
-                                      "wait_signal", "fetch_add", "compare_swap", "quiet", "fence", "barrier"};
+  static const char* const names[] = {"none",         "put",          "put_value",    "get",         "put_signal",
+                                      "signal",       "wait_signal",  "fetch_add",    "compare_swap", "quiet",
+                                      "fence",        "barrier",      "wait_counter", "read_counter", "reset_counter"};
   return op < sizeof names / sizeof *names ? names[op] : "?";
 }
 
@@ -114,6 +116,8 @@ struct CommWindow::Impl {
   void* dev_peers = nullptr;                       // GPU copy of peers (GPU windows), else null
   std::vector<std::pair<void*, uint64_t>> mapped;  // IPC mappings to close
   std::vector<WindowBlob> blobs;                   // every rank's part
+  uint64_t* counters = nullptr;                    // WindowHandle::counters
+  bool counters_on_gpu = false;
   ~Impl() {
     for (auto& [p, off] : mapped) comm_ipc::close(p, off);
     region.reset();
@@ -124,6 +128,8 @@ struct CommWindow::Impl {
     }
     cuda::free_pinned(peers);
     cuda::free_device(dev_peers);
+    if (counters_on_gpu) cuda::free_device(counters);
+    else cuda::free_pinned(counters);
   }
 };
 
@@ -148,6 +154,9 @@ struct Comm::Impl {
   bool scratch_on_gpu = false;          // GPU memory (kernels post) or pinned host memory (host threads)
   std::unique_ptr<ProxyRegion> scratch_region;
   comm_gdaki::Peers gd;  // the gdaki path: NIC, PD, a QP per gdaki peer, the atomics' scratch
+  uint32_t counters = 0;            // CommConfig::counters
+  uint8_t* ctr_mem = nullptr;       // the counter tracks of proxy and gdaki peers (CommPeer::ctr), once needed
+  bool ctr_on_gpu = false;
   std::vector<std::unique_ptr<CommWindow>> windows;  // [0]: the barrier window
   // Monitor: marks peers the transport lost, so that device waits end.
   std::thread monitor;
@@ -175,6 +184,8 @@ struct Comm::Impl {
     transport.reset();
     if (scratch_on_gpu) cuda::free_device(scratch);
     else cuda::free_pinned(scratch);
+    if (ctr_on_gpu) cuda::free_device(ctr_mem);
+    else cuda::free_pinned(ctr_mem);
     cuda::free_pinned(peers);
     cuda::free_device(dev_peers);
     cuda::free_pinned(state);
@@ -182,6 +193,7 @@ struct Comm::Impl {
   }
   void setup_proxy_peers(const CommConfig& cfg);
   void import_keys(CommWindow& w);
+  void ensure_counter_tracks();
 };
 
 CommWindow::~CommWindow() = default;
@@ -208,6 +220,10 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   if (cfg.memory == CommConfig::Memory::Gpu && !have_gpu)
     throw Error(ErrorCode::NotSupported, who + ": GPU memory asked for, but " + no_gpu);
   m.gpu = cfg.memory == CommConfig::Memory::Gpu || (cfg.memory == CommConfig::Memory::Auto && have_gpu);
+  if (cfg.counters > CommConfig::kMaxCounters)
+    throw Error(ErrorCode::InvalidArgument, who + ": counters " + std::to_string(cfg.counters) + " is above " +
+                                                std::to_string(CommConfig::kMaxCounters));
+  m.counters = cfg.counters;
   const uint64_t ms = cfg.timeout.count() > 0 ? static_cast<uint64_t>(cfg.timeout.count()) : default_timeout_ms();
   m.timeout_ns = std::min<uint64_t>(ms, env::kMaxTimeoutMs) * 1000000ull;
 
@@ -297,7 +313,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   // demotes those that fail to the proxy), then sets up the proxy peers.
   m.lost.assign(m.size, "");
   m.gd.connect(bs, m.path, cfg, m.gpu, m.timeout_ns, m.peers);
-  add_window(nullptr, static_cast<size_t>(m.size) * 8, true);
+  add_window(nullptr, static_cast<size_t>(m.size) * 8, true, 0);
   m.setup_proxy_peers(cfg);
   m.import_keys(*m.windows[0]);
   if (m.gpu) {
@@ -366,11 +382,22 @@ void Comm::Impl::import_keys(CommWindow& w) {
   }
 }
 
-CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned) {
+// The counters' bookkeeping, with the first window that has counters.
+void Comm::Impl::ensure_counter_tracks() {
+  if (ctr_mem) return;
+  ctr_on_gpu = gpu;
+  ctr_mem = comm_counters::make_tracks(peers, size, gpu, dev_peers);
+}
+
+CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned, uint32_t counters) {
   Impl& m = *impl_;
   const std::string who = "comm rank " + std::to_string(m.rank) + ": window " + std::to_string(m.windows.size());
   if (bytes == 0) throw Error(ErrorCode::InvalidArgument, who + ": 0 bytes");
   if (!owned && !ptr) throw Error(ErrorCode::InvalidArgument, who + ": null pointer");
+  if (counters == kFromConfig) counters = m.counters;
+  if (counters > CommConfig::kMaxCounters)
+    throw Error(ErrorCode::InvalidArgument, who + ": counters " + std::to_string(counters) + " is above " +
+                                                std::to_string(CommConfig::kMaxCounters));
   auto w = std::unique_ptr<CommWindow>(new CommWindow);
   w->impl_ = std::make_unique<CommWindow::Impl>();
   CommWindow::Impl& wi = *w->impl_;
@@ -383,6 +410,14 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned) {
   w->h_.local = static_cast<uint8_t*>(wi.local);
   w->h_.bytes = bytes;
   w->h_.peers = wi.peers;
+  if (counters) {  // {value, failure} pairs, zeroed
+    wi.counters_on_gpu = m.gpu;
+    const size_t cb = size_t{counters} * 16;
+    wi.counters = static_cast<uint64_t*>(m.gpu ? cuda::alloc_device(cb) : cuda::alloc_pinned(cb));
+    w->h_.counters = wi.counters;
+    w->h_.ncounters = counters;
+    m.ensure_counter_tracks();
+  }
   wi.region = m.proxy->register_memory(wi.local, bytes, kAccessAll, wi.gpu ? MemoryKind::Gpu : MemoryKind::Host);
   w->h_.lkey = wi.region->lkey().be;
   if (m.gd.pd) {
@@ -443,8 +478,17 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned) {
   return win;
 }
 
-CommWindow& Comm::alloc_symmetric(size_t bytes) { return add_window(nullptr, bytes, true); }
-CommWindow& Comm::register_window(void* ptr, size_t bytes) { return add_window(ptr, bytes, false); }
+CommWindow& Comm::alloc_symmetric(size_t bytes, uint32_t counters) { return add_window(nullptr, bytes, true, counters); }
+CommWindow& Comm::register_window(void* ptr, size_t bytes, uint32_t counters) {
+  return add_window(ptr, bytes, false, counters);
+}
+
+uint64_t CommWindow::counter(uint32_t i) const {
+  return comm_counters::read(comm_counters::at(h_, i), impl_->counters_on_gpu);
+}
+void CommWindow::reset_counter(uint32_t i, uint64_t value) {
+  comm_counters::reset(comm_counters::at(h_, i), value, impl_->counters_on_gpu);
+}
 
 int Comm::rank() const { return impl_->rank; }
 int Comm::size() const { return impl_->size; }
@@ -514,9 +558,16 @@ std::string Comm::device_error() const {
   const dev::CommState& s = *m.state;
   std::string e = "comm rank " + std::to_string(m.rank) + ": " + op_name(s.err_op);
   if (s.err_peer >= 0) e += " (rank " + std::to_string(s.err_peer) + ")";
-  if (s.err_window != ~0u) e += " window " + std::to_string(s.err_window) + " offset " + std::to_string(s.err_offset);
+  if (s.err_window != ~0u)
+    e += " window " + std::to_string(s.err_window) + (s.err_counter ? " counter " : " offset ") +
+         std::to_string(s.err_offset);
   e += std::string(": ") + status_string(static_cast<Status>(st));
   const auto op = static_cast<dev::CommOp>(s.err_op);
+  if (s.err_counter == 2 && s.err_window != ~0u)
+    e += " (counter " + std::to_string(s.err_offset) + " out of range: the window has " +
+         std::to_string(s.err_expected) + " counters)";
+  else if (op == dev::CommOp::WaitCounter)
+    e += " (waited for " + std::to_string(s.err_expected) + ", saw " + std::to_string(s.err_seen) + ")";
   if (op == dev::CommOp::WaitSignal)
     e += " (waited for " + std::to_string(s.err_expected) + ", saw " + std::to_string(s.err_seen) + ")";
   if (op == dev::CommOp::Barrier)

@@ -3,7 +3,9 @@
 // (tcp) and once over the gdaki path (RC QPs of the software NIC on its tcp
 // fabric, rings and windows in GPU memory: kernels post WQEs and ring the
 // emulated doorbell). Every operation, the warp and CTA puts, data verified
-// byte for byte.
+// byte for byte; then the local-completion counters (k_counters): a source
+// rewritten as soon as wait_counter returned, counted warp / CTA puts and a
+// counted warp / CTA put_signal, exact counts, a refused counter index.
 // The processes are forked before any CUDA call (tests/multiproc/
 // comm_ranks.hpp); exit code 77 = skipped (no GPU).
 #include <cuda_runtime.h>
@@ -63,6 +65,61 @@ __global__ void k_group(dev::CommHandle c, dev::WindowHandle w, int* step) {
   }
 }
 
+// Counters, on a window of its own with 3 counters: thread 0 rewrites one
+// source kCRounds times, each put counted on counter 0 and waited for before
+// the next rewrite; then a warp_put, a cta_put and a warp_put_signal counted
+// on counter 1, and a cta_put_signal counted on counter 2, whose signals the
+// peer waits for. step[0] = the first failing step, step[1] its status.
+constexpr uint64_t kCChunk = 1024, kCRounds = 8, kCSrc = 60 << 10, kCRecv = 32 << 10, kCWarp = 16 << 10,
+                   kCCta = 24 << 10, kCSig = 56 << 10;
+__global__ void k_counters(dev::CommHandle c, dev::WindowHandle w, int* step) {
+  using dev::CounterInc;
+  const int p = 1 - c.rank;
+  __shared__ int s_fail;
+  Status s = Status::Ok;
+  int i = 100;
+  auto ok = [&](Status st) { ++i; s = st; return st == Status::Ok; };
+  if (threadIdx.x == 0) {
+    s_fail = 0;
+    bool good = true;
+    for (uint64_t k = 0; k < kCRounds && good; ++k) {
+      for (uint64_t b = 0; b < kCChunk; ++b) w.local[kCSrc + b] = pat(c.rank * 31 + int(k), b);
+      good = ok(dev::put(c, p, w, kCRecv + k * kCChunk, w, kCSrc, kCChunk, CounterInc{0})) &&
+             ok(dev::wait_counter(c, w, 0, k + 1));
+      if (good) i -= 2;  // same steps every round
+    }
+    if (!good) s_fail = 1, step[0] = i, step[1] = int(s);
+  }
+  __syncthreads();
+  if (s_fail) return;
+  // The group puts read the original source (kSrc of this window, by the host).
+  Status g = Status::Ok;
+  if (threadIdx.x < 32) g = dev::warp_put(c, p, w, kCWarp, w, 0, kWarpLen, CounterInc{1});
+  if (g != Status::Ok) step[0] = 200, step[1] = int(g);
+  g = dev::cta_put(c, p, w, kCCta, w, 0, kCtaLen, CounterInc{1});
+  if (g != Status::Ok) step[0] = 201, step[1] = int(g);
+  g = Status::Ok;
+  if (threadIdx.x < 32)
+    g = dev::warp_put_signal(c, p, w, kCRecv + kCRounds * kCChunk, w, 0, 64, w, kCSig + 8, SigOp::Add, 1,
+                             CounterInc{1});
+  if (g != Status::Ok) step[0] = 202, step[1] = int(g);
+  g = dev::cta_put_signal(c, p, w, kCRecv + kCRounds * kCChunk + 64, w, 64, 64, w, kCSig, SigOp::Add, 1,
+                          CounterInc{2});
+  if (g != Status::Ok) step[0] = 203, step[1] = int(g);
+  if (threadIdx.x != 0 || step[0] != 0) return;
+  uint64_t v0 = 0, v1 = 0, v2 = 0;
+  i = 300;
+  if (ok(dev::wait_counter(c, w, 1, 3)) && ok(dev::quiet(c)) && ok(dev::read_counter(c, w, 0, &v0)) &&
+      ok(dev::read_counter(c, w, 1, &v1)) && ok(dev::read_counter(c, w, 2, &v2)) &&
+      ok(v0 == kCRounds && v1 == 3 && v2 == 1 ? Status::Ok : Status::Pending) &&
+      ok(dev::put(c, p, w, 0, w, 0, 8, CounterInc{3}) == Status::InvalidArgument ? Status::Ok : Status::Pending) &&
+      ok(dev::wait_signal(c, w, kCSig, Cmp::Eq, 1, p)) && ok(dev::wait_signal(c, w, kCSig + 8, Cmp::Eq, 1, p)) &&
+      ok(dev::barrier(c)))
+    return;
+  step[0] = i;
+  step[1] = int(s);
+}
+
 std::string run(int r, Bootstrap& bs, const std::string& path) {
   int ngpu = 0;
   if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) return "SKIP";
@@ -81,9 +138,12 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
                                       : dev::CommPath::Proxy;
   if (comm.path(1 - r) != want) return "path: " + comm.report();
   CommWindow& win = comm.alloc_symmetric(kWin);
+  CommWindow& cwin = comm.alloc_symmetric(kWin, 3);
   std::vector<uint8_t> h(kWin);
   for (uint64_t i = 0; i < kCtaLen; ++i) h[kSrc + i] = pat(r, i);
-  if (cudaMemcpy(win.local(), h.data(), kCtaLen, cudaMemcpyHostToDevice) != cudaSuccess) return "memcpy in";
+  if (cudaMemcpy(win.local(), h.data(), kCtaLen, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(cwin.local(), h.data(), kCtaLen, cudaMemcpyHostToDevice) != cudaSuccess)
+    return "memcpy in";
   comm.barrier();
   int* step = nullptr;
   cudaMalloc(&step, 8);
@@ -94,10 +154,12 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
   // gdaki path has the same hazard: the software NIC's engine moves GPU
   // memory with CUDA copies while k_ops spins on its CQ.
   cudaFuncAttributes fa;
-  if (cudaFuncGetAttributes(&fa, k_ops) != cudaSuccess || cudaFuncGetAttributes(&fa, k_group) != cudaSuccess)
+  if (cudaFuncGetAttributes(&fa, k_ops) != cudaSuccess || cudaFuncGetAttributes(&fa, k_group) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, k_counters) != cudaSuccess)
     return "cudaFuncGetAttributes";
   k_ops<<<1, 1>>>(comm.device_handle(), win.handle(), step);
   k_group<<<1, 256>>>(comm.device_handle(), win.handle(), step);
+  k_counters<<<1, 256>>>(comm.device_handle(), cwin.handle(), step);
   int hs[2] = {-1, -1};
   if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(hs, step, 8, cudaMemcpyDeviceToHost) != cudaSuccess)
     return "kernel failed";
@@ -118,6 +180,22 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
   std::memcpy(v + 2, &h[kAtom], 16);
   if (v[0] != 0x1122334455667788ull || v[1] != 0xa1b2c3ull) return "put_value";
   if (v[2] != uint64_t(p) + 1 || v[3] != uint64_t(p) + 7) return "atomics " + std::to_string(v[2]) + " " + std::to_string(v[3]);
+  // Counters: every round's own bytes (a later rewrite of the source never
+  // leaked in), the counted warp / CTA puts, the host's view of the counts.
+  cudaMemcpy(h.data(), cwin.local(), kWin, cudaMemcpyDeviceToHost);
+  for (uint64_t k = 0; k < kCRounds; ++k)
+    for (uint64_t i = 0; i < kCChunk; ++i)
+      if (h[kCRecv + k * kCChunk + i] != pat(p * 31 + int(k), i))
+        return "counted round " + std::to_string(k) + " byte " + std::to_string(i) + ": a later source leaked in";
+  for (uint64_t i = 0; i < kWarpLen; ++i)
+    if (h[kCWarp + i] != pat(p, i)) return "counted warp_put byte " + std::to_string(i);
+  for (uint64_t i = 0; i < kCtaLen; ++i)
+    if (h[kCCta + i] != pat(p, i)) return "counted cta_put byte " + std::to_string(i);
+  for (uint64_t i = 0; i < 128; ++i)
+    if (h[kCRecv + kCRounds * kCChunk + i] != pat(p, i)) return "counted warp/cta put_signal byte " + std::to_string(i);
+  if (cwin.counter(0) != kCRounds || cwin.counter(1) != 3 || cwin.counter(2) != 1)
+    return "host counters " + std::to_string(cwin.counter(0)) + " " + std::to_string(cwin.counter(1)) + " " +
+           std::to_string(cwin.counter(2));
   cudaFree(step);
   comm.barrier();
   return "";

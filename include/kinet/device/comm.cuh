@@ -52,6 +52,11 @@
 //   barrier(): quiet, then every rank arrives; afterwards every rank's data
 //   written before its barrier is visible. ONE thread per rank calls it.
 //
+// Local-completion counters (per window; see "Counters" below): a put or
+// put_signal given CounterInc{i} adds 1 to counter i of its SOURCE window
+// once its source may be reused. Earlier than (or at) quiet(); NOT a promise
+// that the peer sees the data.
+//
 // Every wait is bounded by CommHandle::timeout_ns. A failed operation returns
 // its Status and records the first failure of this rank in CommState (which
 // peer, which operation, window and offset, what was expected and seen);
@@ -80,11 +85,19 @@ enum class Cmp : uint32_t { Eq = 1, Ne = 2, Gt = 3, Ge = 4, Lt = 5, Le = 6 };
 // Operations, as recorded in CommState::err_op.
 enum class CommOp : uint32_t {
   None = 0, Put, PutValue, Get, PutSignal, Signal, WaitSignal, FetchAdd, CompareSwap, Quiet, Fence, Barrier,
+  WaitCounter, ReadCounter, ResetCounter,
 };
 
-inline constexpr uint32_t kCommHandleVersion = 2;  // 2: CommPeer::qp, WindowHandle::qp_lkey (Gdaki)
-inline constexpr uint32_t kWindowHandleBytes = 40;
-inline constexpr uint32_t kCommHandleBytes = 88;
+// The option that makes a put / put_signal count its local completion on
+// counter `index` of its source window (WindowHandle::counters).
+struct CounterInc {
+  uint32_t index;
+};
+
+// 3: WindowHandle::counters/ncounters, CommPeer::ctr
+inline constexpr uint32_t kCommHandleVersion = 3;  // 2: CommPeer::qp, WindowHandle::qp_lkey (Gdaki)
+inline constexpr uint32_t kWindowHandleBytes = 56;
+inline constexpr uint32_t kCommHandleBytes = 104;
 inline constexpr uint32_t kWindowHandleAbi = 0xC0000000u | kCommHandleVersion << 16 | kWindowHandleBytes;
 inline constexpr uint32_t kCommHandleAbi = 0xC0000000u | kCommHandleVersion << 16 | kCommHandleBytes;
 
@@ -106,6 +119,12 @@ struct WindowHandle {
   uint32_t lkey;                    // Proxy: this rank's part as a proxy Lkey id
   uint32_t qp_lkey;                 // Gdaki: this rank's part's MR lkey (big-endian, Lkey::be)
   const CommWindowPeer* peers;      // [CommHandle::size], memory the posters read
+  // Local-completion counters of this rank's part: ncounters pairs of 8-byte
+  // words {value, failure}; failure = 0, or the first counted operation that
+  // failed: (uint64_t(peer) << 32) | uint32_t(Status). Null when ncounters is 0.
+  uint64_t* counters;
+  uint32_t ncounters;
+  uint32_t pad;
 };
 static_assert(sizeof(WindowHandle) == kWindowHandleBytes, "update kWindowHandleBytes");
 static_assert(std::is_trivially_copyable_v<WindowHandle> && std::is_standard_layout_v<WindowHandle>);
@@ -118,6 +137,21 @@ struct CommAtomicSlot {
   uint64_t owner;
 };
 
+// Counter bookkeeping of one proxy channel or gdaki QP (CommPeer::ctr):
+// which ring slot carries a counted operation, and how far completions were
+// credited to the counters. 64 bytes, then CommCounterTag[ring size].
+struct CommCounterTag {
+  uint64_t owner;     // ring index + 1 of the counted operation in this slot (stale when not equal)
+  uint64_t* counter;  // its counter's {value, failure} pair
+};
+struct CommCounterTrack {
+  uint64_t credited;  // every counted operation below this ring index was counted (or its failure recorded)
+  uint64_t tagged;    // 1 + the highest ring index tagged
+  uint32_t lock;      // held by the thread crediting
+  uint32_t pad[11];
+};
+static_assert(sizeof(CommCounterTrack) == 64 && sizeof(CommCounterTag) == 16);
+
 struct CommPeer {
   uint32_t path;                    // CommPath
   uint32_t scratch_lkey;            // Proxy: Lkey id of the scratch below; Gdaki: the scratch MR's lkey (Lkey::be)
@@ -125,9 +159,10 @@ struct CommPeer {
   uint64_t* put_scratch;            // Proxy: [ch.size()] sources of put_value, by ring slot;
                                     // Gdaki: [1] where signal fetch-adds return the old value (never read)
   CommAtomicSlot* atomic_scratch;   // Proxy: [ch.size()], Gdaki: [qp.size()] results of atomics, by ring slot
+  CommCounterTrack* ctr;            // Proxy, Gdaki: counter bookkeeping; null until a window has counters
   QpHandle qp;                      // Gdaki: the RC QP to this peer
 };
-static_assert(sizeof(CommPeer) == 72 + sizeof(QpHandle));
+static_assert(sizeof(CommPeer) == 80 + sizeof(QpHandle));
 static_assert(std::is_trivially_copyable_v<CommPeer>);
 
 // Mutable state of one rank, in memory every poster reaches.
@@ -141,7 +176,7 @@ struct CommState {
   uint64_t err_expected;   // what was waited for (a signal value, a barrier epoch)
   uint64_t err_seen;       // what was there at the end
   uint32_t err_lock;
-  uint32_t pad;
+  uint32_t err_counter;    // 1: err_offset is a counter index; 2: that index was refused (err_expected: the count)
 };
 static_assert(sizeof(CommState) == 56);
 
@@ -210,6 +245,71 @@ template <Sharing S = Sharing::Gpu> KINET_HD Status quiet(const CommHandle& c);
 template <Sharing S = Sharing::Gpu> KINET_HD Status fence(const CommHandle& c, int peer);
 template <Sharing S = Sharing::Gpu> KINET_HD Status barrier(const CommHandle& c);
 
+// ---------------------------------------------------------------------------
+// Counters: local completion, per window.
+//
+// A window made with counters (CommConfig::counters, or the `counters`
+// argument of alloc_symmetric / register_window) has that many 64-bit
+// counters in this rank's memory: not part of the symmetric bytes, never seen
+// by peers, zero at creation. put and put_signal given CounterInc{i} add 1 to
+// counter i of their SOURCE window (`src`) once the operation is locally
+// complete: its source bytes have been read and may be overwritten. Each
+// counted call that returned Ok adds exactly 1 if its operation completes Ok,
+// at the latest by the time quiet() (or fence(peer), barrier()) returns Ok
+// (put_signal with bytes == 0 counts too: once the signal is handed over).
+// Per path:
+//   Self, P2p  the stores are the local completion: the counter is added to
+//              (release, system scope) before the call returns.
+//   Proxy      once the proxy completed the descriptor (the transport is done
+//              with the source; kinet's transports complete a put when the
+//              target answered, so today it comes with remote placement).
+//   Gdaki      once the CQE of the operation's last WQE arrived (a counted
+//              operation requests one; RC sends it after the responder's ack).
+// Local completion is NOT remote visibility: a peer sees the data only
+// through a signal written after it (put_signal + wait_signal) or a barrier.
+// A counter says the source is free, never that the data arrived, even on
+// paths where it happens to come that late.
+// Counting is done by the threads that progress: read_counter, wait_counter,
+// quiet, fence, barrier and counted posts credit the completions that have
+// arrived; between those the word in memory (CommWindow::counter on the host)
+// is a lower bound. Operations posted without a counter cost nothing more.
+// A counted operation that fails (an error CQE, a failed or closed channel,
+// its peer lost while a wait_counter found it outstanding) is not counted:
+// its status and peer go to the counter's failure word, and
+// read_counter / wait_counter return that status (first failure wins;
+// reset_counter clears it). Errors of a counted post: InvalidArgument for an
+// index >= src.ncounters (nothing posted; the error record names the window
+// and the counter); TimeoutCompletion when the operation that last used the
+// ring slot did not complete within timeout_ns (the slot is posted as a NOP,
+// nothing moves).
+
+// put / put_signal counted on counter ctr.index of `src`.
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, const WindowHandle& src,
+                    uint64_t src_off, uint64_t bytes, CounterInc ctr);
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                           const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
+                           uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr);
+// Counter `index` of my part of w, after crediting the completions that
+// arrived, into *value. Ok, or the failure recorded on the counter (*value
+// still set); InvalidArgument (bad handle, index >= w.ncounters).
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status read_counter(const CommHandle& c, const WindowHandle& w, uint32_t index, uint64_t* value);
+// Waits until counter `index` of my part of w is >= value; *seen (optional)
+// gets the last value read. Ok; TimeoutCompletion past timeout_ns (the error
+// record names the window, the counter, the value waited for and the value
+// seen); at once, the status of a counted operation of this counter that
+// failed, or of a failed or lost peer with one outstanding; InvalidArgument.
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status wait_counter(const CommHandle& c, const WindowHandle& w, uint32_t index, uint64_t value,
+                             uint64_t* seen = nullptr);
+// Sets counter `index` to value and clears its failure word. Operations
+// counted on it that are still in flight add to the new value: reset when
+// none is (after wait_counter reached their count, or after quiet()).
+template <Sharing S = Sharing::Gpu>
+KINET_HD Status reset_counter(const CommHandle& c, const WindowHandle& w, uint32_t index, uint64_t value = 0);
+
 #if defined(__CUDACC__)
 // ---------------------------------------------------------------------------
 // Group variants (kernels only; bodies in impl/comm_funcs.cuh, beside
@@ -243,6 +343,24 @@ __device__ Status warp_signal(const CommHandle& c, int peer, const WindowHandle&
 template <Sharing S = Sharing::Gpu>
 __device__ Status cta_signal(const CommHandle& c, int peer, const WindowHandle& sig, uint64_t sig_off, SigOp op,
                              uint64_t value);
+// Counted group calls: the group's ONE buffer is ONE operation, counted once
+// on counter ctr.index of src (P2p, Self: by one thread after the group's
+// copy; other paths: as the thread variant counts it). warp_put / cta_put
+// are in impl/comm_funcs.cuh (see "Warp and CTA variants" there).
+template <Sharing S = Sharing::Gpu>
+__device__ Status warp_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                           const WindowHandle& src, uint64_t src_off, uint64_t bytes, CounterInc ctr);
+template <Sharing S = Sharing::Gpu>
+__device__ Status cta_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                          const WindowHandle& src, uint64_t src_off, uint64_t bytes, CounterInc ctr);
+template <Sharing S = Sharing::Gpu>
+__device__ Status warp_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                                  const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
+                                  uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr);
+template <Sharing S = Sharing::Gpu>
+__device__ Status cta_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                                 const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
+                                 uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr);
 #endif  // __CUDACC__
 
 // What a path is called in messages.
@@ -257,4 +375,5 @@ KINET_HD const char* comm_path_name(uint32_t p) {
 }  // namespace kinet::dev
 
 #include "kinet/device/impl/comm_funcs.cuh"
+#include "kinet/device/impl/comm_counter_funcs.cuh"
 #include "kinet/device/impl/comm_group_funcs.cuh"

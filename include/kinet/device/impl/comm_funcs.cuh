@@ -9,6 +9,7 @@ namespace kinet::dev {
 namespace detail {
 
 inline constexpr uint32_t kNoWindow = ~0u;
+inline constexpr uint64_t kNoCounter = ~uint64_t{0};  // an operation without CounterInc (no CounterInc::index)
 
 // Self and P2p: the peer's part is mapped here and moved by loads and stores.
 KINET_HD bool comm_direct(uint32_t path) {
@@ -18,8 +19,9 @@ KINET_HD bool comm_gdaki(uint32_t path) { return path == static_cast<uint32_t>(C
 
 // Records this rank's first failure (later ones only return their status).
 // The fields are written before the release of err_status the host acquires.
+// counter: CommState::err_counter (1: off is a counter index; 2: that index was refused).
 KINET_HD Status comm_fail(const CommHandle& c, Status st, int peer, CommOp op, uint32_t win, uint64_t off,
-                          uint64_t expected = 0, uint64_t seen = 0) {
+                          uint64_t expected = 0, uint64_t seen = 0, uint32_t counter = 0) {
   CommState* s = c.abi == kCommHandleAbi ? c.state : nullptr;  // a bad handle's pointers are not followed
   if (s && try_lock<Scope::System>(&s->err_lock)) {
     s->err_peer = peer;
@@ -28,12 +30,23 @@ KINET_HD Status comm_fail(const CommHandle& c, Status st, int peer, CommOp op, u
     s->err_offset = off;
     s->err_expected = expected;
     s->err_seen = seen;
+    s->err_counter = counter;
     store_release<Scope::System>(&s->err_status, static_cast<int32_t>(st));
   }
   return st;
 }
 
 KINET_HD bool in_window(const WindowHandle& w, uint64_t off, uint64_t n) { return off <= w.bytes && n <= w.bytes - off; }
+
+// Counters (bodies in comm_counter_funcs.cuh).
+KINET_HD Status comm_ctr_at(const CommHandle& c, const WindowHandle& w, uint64_t index, int peer, CommOp op,
+                            uint64_t** ctr, uint64_t value = 0);
+KINET_HD void comm_ctr_add(uint64_t* ctr);
+template <Sharing S> KINET_HD Status comm_post_counted(const CommHandle& c, int peer, const ProxyDesc& d, uint64_t* ctr);
+template <Sharing S, class Prep>
+KINET_HD Status comm_qp_counted(const CommHandle& c, int peer, uint64_t* ctr, Prep prep);
+template <Sharing S> KINET_HD uint64_t comm_ctr_mark(const CommPeer& p);
+template <Sharing S> KINET_HD Status comm_ctr_settle(const CommHandle& c, int peer, uint64_t want, Status quiet);
 
 // The checks every peer operation makes on the handle, the peer and one
 // range of the peer's part of w (mapped there when the path is Self or P2p).
@@ -101,7 +114,7 @@ template <Sharing S> KINET_HD Status comm_post(const ProxyHandle& h, const Proxy
 template <Sharing S>
 KINET_HD Status comm_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
                             const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                            uint64_t sig_off, SigOp op, uint64_t value, CommOp what) {
+                            uint64_t sig_off, SigOp op, uint64_t value, CommOp what, uint64_t ctr_index = kNoCounter) {
   if (Status e = comm_check(c, peer, sig, sig_off, 8, what); e != Status::Ok) return e;
   if ((sig_off & 7) != 0 || (op != SigOp::Add && op != SigOp::Set))
     return comm_fail(c, Status::InvalidArgument, peer, what, sig.id, sig_off);
@@ -110,6 +123,9 @@ KINET_HD Status comm_signal(const CommHandle& c, int peer, const WindowHandle& d
     if (src.abi != kWindowHandleAbi || !in_window(src, src_off, bytes))
       return comm_fail(c, Status::InvalidArgument, peer, what, src.id, src_off);
   }
+  uint64_t* ctr = nullptr;
+  if (ctr_index != kNoCounter)
+    if (Status e = comm_ctr_at(c, src, ctr_index, peer, what, &ctr); e != Status::Ok) return e;
   const CommPeer& p = c.peers[peer];
   if (comm_direct(p.path)) {
     if (bytes) group_copy(dst.peers[peer].mapped + dst_off, src.local + src_off, bytes, 0, 1);
@@ -118,6 +134,7 @@ KINET_HD Status comm_signal(const CommHandle& c, int peer, const WindowHandle& d
     fence_release<Scope::System>();
     if (op == SigOp::Add) fetch_add_relaxed<Scope::System>(w, value);
     else store_release<Scope::System>(w, value);
+    if (ctr) comm_ctr_add(ctr);  // the source was read by the copy above
     return Status::Ok;
   }
   if (comm_gdaki(p.path)) {
@@ -132,7 +149,16 @@ KINET_HD Status comm_signal(const CommHandle& c, int peer, const WindowHandle& d
                        Rkey{dst.peers[peer].rkey}, bytes, kNoDoorbell, nullptr);
     const uint64_t sraddr = sig.peers[peer].raddr + sig_off;
     const Rkey srk{sig.peers[peer].rkey};
-    if (st == Status::Ok && op == SigOp::Add)
+    if (st == Status::Ok && ctr) {
+      // The signal's WQE carries the count: its CQE comes after the data's
+      // (one QP completes in order).
+      st = comm_qp_counted<S>(c, peer, ctr, [&](uint64_t idx) {
+        if (op == SigOp::Add)
+          prepare_fetch_add<S>(p.qp, idx, p.put_scratch, Lkey{p.scratch_lkey}, sraddr, srk, value, kSignal);
+        else
+          prepare_write_inline<S>(p.qp, idx, &value, 8, sraddr, srk, kFence | kSignal);
+      });
+    } else if (st == Status::Ok && op == SigOp::Add)
       st = dev::fetch_add<S>(p.qp, p.put_scratch, Lkey{p.scratch_lkey}, sraddr, srk, value, 0, nullptr);
     else if (st == Status::Ok)
       st = dev::put_inline<S>(p.qp, &value, 8, sraddr, srk, kFence, nullptr);
@@ -150,7 +176,7 @@ KINET_HD Status comm_signal(const CommHandle& c, int peer, const WindowHandle& d
   d.arg = value;
   d.sig_raddr = sig.peers[peer].raddr + sig_off;
   d.keys |= uint64_t{sig.peers[peer].rkey} << 32;
-  const Status st = comm_post<S>(p.ch, d);
+  const Status st = ctr ? comm_post_counted<S>(c, peer, d, ctr) : comm_post<S>(p.ch, d);
   return st == Status::Ok ? st : comm_fail(c, st, peer, what, sig.id, sig_off);
 }
 
@@ -302,26 +328,62 @@ KINET_HD Status comm_atomic(const CommHandle& c, int peer, const WindowHandle& w
 
 }  // namespace detail
 
+namespace detail {
+template <Sharing S>
+KINET_HD Status comm_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                         const WindowHandle& src, uint64_t src_off, uint64_t bytes, uint64_t ctr_index) {
+  if (Status e = comm_check(c, peer, dst, dst_off, bytes, CommOp::Put); e != Status::Ok) return e;
+  if (src.abi != kWindowHandleAbi || !in_window(src, src_off, bytes))
+    return comm_fail(c, Status::InvalidArgument, peer, CommOp::Put, src.id, src_off);
+  uint64_t* ctr = nullptr;
+  if (ctr_index != kNoCounter)
+    if (Status e = comm_ctr_at(c, src, ctr_index, peer, CommOp::Put, &ctr); e != Status::Ok) return e;
+  if (bytes == 0) {
+    if (ctr) comm_ctr_add(ctr);  // nothing to read: complete at once
+    return Status::Ok;
+  }
+  const CommPeer& p = c.peers[peer];
+  if (comm_direct(p.path)) {
+    group_copy(dst.peers[peer].mapped + dst_off, src.local + src_off, bytes, 0, 1);
+    if (ctr) comm_ctr_add(ctr);  // the copy read the source
+    return Status::Ok;
+  }
+  const uint8_t* from = src.local + src_off;
+  const uint64_t raddr = dst.peers[peer].raddr + dst_off;
+  const Rkey rk{dst.peers[peer].rkey};
+  Status st;
+  if (comm_gdaki(p.path)) {
+    const QpHandle& q = p.qp;
+    if (!ctr) {
+      st = dev::put<S>(q, from, Lkey{src.qp_lkey}, raddr, rk, bytes, 0, nullptr);
+    } else if (max_msg_ok(q) && bytes <= q.max_msg) {  // one WQE, counted by its CQE
+      st = comm_qp_counted<S>(c, peer, ctr, [&](uint64_t idx) {
+        prepare_write<S>(q, idx, from, Lkey{src.qp_lkey}, raddr, rk, static_cast<uint32_t>(bytes), kSignal);
+      });
+    } else {  // split: the WQEs, then a counted NOP whose CQE follows theirs
+      st = dev::put<S>(q, from, Lkey{src.qp_lkey}, raddr, rk, bytes, kNoDoorbell, nullptr);
+      if (st == Status::Ok)
+        st = comm_qp_counted<S>(c, peer, ctr, [&](uint64_t idx) { prepare_nop<S>(q, idx, kSignal); });
+    }
+  } else if (!ctr) {
+    st = dev::put<S>(p.ch, from, Lkey{src.lkey}, raddr, rk, bytes, 0, nullptr);
+  } else {
+    st = comm_post_counted<S>(c, peer, make_put(from, Lkey{src.lkey}, raddr, rk, bytes, 0), ctr);
+  }
+  return st == Status::Ok ? st : comm_fail(c, st, peer, CommOp::Put, dst.id, dst_off);
+}
+}  // namespace detail
+
 template <Sharing S>
 KINET_HD Status put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, const WindowHandle& src,
                     uint64_t src_off, uint64_t bytes) {
-  if (Status e = detail::comm_check(c, peer, dst, dst_off, bytes, CommOp::Put); e != Status::Ok) return e;
-  if (src.abi != kWindowHandleAbi || !detail::in_window(src, src_off, bytes))
-    return detail::comm_fail(c, Status::InvalidArgument, peer, CommOp::Put, src.id, src_off);
-  if (bytes == 0) return Status::Ok;
-  const CommPeer& p = c.peers[peer];
-  if (detail::comm_direct(p.path)) {
-    detail::group_copy(dst.peers[peer].mapped + dst_off, src.local + src_off, bytes, 0, 1);
-    return Status::Ok;
-  }
-  if (detail::comm_gdaki(p.path)) {
-    const Status st = dev::put<S>(p.qp, src.local + src_off, Lkey{src.qp_lkey}, dst.peers[peer].raddr + dst_off,
-                                  Rkey{dst.peers[peer].rkey}, bytes, 0, nullptr);
-    return st == Status::Ok ? st : detail::comm_fail(c, st, peer, CommOp::Put, dst.id, dst_off);
-  }
-  const Status st = dev::put<S>(p.ch, src.local + src_off, Lkey{src.lkey}, dst.peers[peer].raddr + dst_off,
-                                Rkey{dst.peers[peer].rkey}, bytes, 0, nullptr);
-  return st == Status::Ok ? st : detail::comm_fail(c, st, peer, CommOp::Put, dst.id, dst_off);
+  return detail::comm_put<S>(c, peer, dst, dst_off, src, src_off, bytes, detail::kNoCounter);
+}
+
+template <Sharing S>
+KINET_HD Status put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, const WindowHandle& src,
+                    uint64_t src_off, uint64_t bytes, CounterInc ctr) {
+  return detail::comm_put<S>(c, peer, dst, dst_off, src, src_off, bytes, ctr.index);
 }
 
 template <Sharing S>
@@ -385,6 +447,14 @@ KINET_HD Status put_signal(const CommHandle& c, int peer, const WindowHandle& ds
 }
 
 template <Sharing S>
+KINET_HD Status put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
+                           const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
+                           uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr) {
+  return detail::comm_signal<S>(c, peer, dst, dst_off, src, src_off, bytes, sig, sig_off, op, value, CommOp::PutSignal,
+                                ctr.index);
+}
+
+template <Sharing S>
 KINET_HD Status signal(const CommHandle& c, int peer, const WindowHandle& sig, uint64_t sig_off, SigOp op,
                        uint64_t value) {
   return detail::comm_signal<S>(c, peer, sig, 0, sig, 0, 0, sig, sig_off, op, value, CommOp::Signal);
@@ -427,7 +497,9 @@ KINET_HD Status compare_swap(const CommHandle& c, int peer, const WindowHandle& 
 template <Sharing S> KINET_HD Status quiet(const CommHandle& c) {
   if (c.abi != kCommHandleAbi) return detail::comm_fail(c, Status::InvalidArgument, -1, CommOp::Quiet, detail::kNoWindow, 0);
   for (int p = 0; p < c.size; ++p) {
-    const Status st = detail::comm_quiet_peer<S>(c.peers[p]);
+    const uint64_t mark = detail::comm_ctr_mark<S>(c.peers[p]);  // counted operations posted before this quiet
+    Status st = detail::comm_quiet_peer<S>(c.peers[p]);
+    if (mark) st = detail::comm_ctr_settle<S>(c, p, mark, st);
     if (st != Status::Ok) return detail::comm_fail(c, st, p, CommOp::Quiet, detail::kNoWindow, 0);
   }
   fence_release<Scope::System>();  // P2p / Self stores
@@ -437,8 +509,10 @@ template <Sharing S> KINET_HD Status quiet(const CommHandle& c) {
 template <Sharing S> KINET_HD Status fence(const CommHandle& c, int peer) {
   if (c.abi != kCommHandleAbi || peer < 0 || peer >= c.size)
     return detail::comm_fail(c, Status::InvalidArgument, peer, CommOp::Fence, detail::kNoWindow, 0);
-  if (const Status st = detail::comm_quiet_peer<S>(c.peers[peer]); st != Status::Ok)
-    return detail::comm_fail(c, st, peer, CommOp::Fence, detail::kNoWindow, 0);
+  const uint64_t mark = detail::comm_ctr_mark<S>(c.peers[peer]);
+  Status st = detail::comm_quiet_peer<S>(c.peers[peer]);
+  if (mark) st = detail::comm_ctr_settle<S>(c, peer, mark, st);
+  if (st != Status::Ok) return detail::comm_fail(c, st, peer, CommOp::Fence, detail::kNoWindow, 0);
   fence_release<Scope::System>();
   return Status::Ok;
 }
@@ -455,7 +529,9 @@ template <Sharing S> KINET_HD Status barrier(const CommHandle& c) {
   int bad = -1;
   Status first = Status::Ok;
   for (int p = 0; p < c.size; ++p) {
-    const Status st = detail::comm_quiet_peer<S>(c.peers[p]);
+    const uint64_t mark = detail::comm_ctr_mark<S>(c.peers[p]);
+    Status st = detail::comm_quiet_peer<S>(c.peers[p]);
+    if (mark) st = detail::comm_ctr_settle<S>(c, p, mark, st);
     if (st != Status::Ok && bad < 0) bad = p, first = st;
   }
   fence_release<Scope::System>();  // P2p / Self stores before the arrivals
@@ -482,58 +558,5 @@ template <Sharing S> KINET_HD Status barrier(const CommHandle& c) {
   }
   return Status::Ok;
 }
-
-// ---------------------------------------------------------------------------
-// Warp and CTA variants: the group moves ONE buffer together (every lane or
-// thread calls with the same arguments; all get the same status). P2p and
-// Self: the group copies 16 bytes per thread per step; Proxy: one thread
-// posts one descriptor. Warp: all active lanes; CTA: every thread (a barrier).
-#if defined(__CUDACC__)
-template <Sharing S = Sharing::Gpu>
-__device__ Status warp_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                           const WindowHandle& src, uint64_t src_off, uint64_t bytes) {
-  const unsigned mask = __activemask();
-  unsigned lane;
-  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
-  const uint32_t rank = __popc(mask & ((1u << lane) - 1u));
-  const int leader = __ffs(mask) - 1;
-  int st = 0;
-  const bool direct = peer >= 0 && peer < c.size && detail::comm_direct(c.peers[peer].path);
-  if (!direct || bytes == 0) {
-    if (rank == 0) st = static_cast<int>(put<S>(c, peer, dst, dst_off, src, src_off, bytes));
-    return static_cast<Status>(__shfl_sync(mask, st, leader));
-  }
-  if (rank == 0) st = static_cast<int>(detail::comm_check(c, peer, dst, dst_off, bytes, CommOp::Put));
-  if (rank == 0 && st == 0 && (src.abi != kWindowHandleAbi || !detail::in_window(src, src_off, bytes)))
-    st = static_cast<int>(detail::comm_fail(c, Status::InvalidArgument, peer, CommOp::Put, src.id, src_off));
-  st = __shfl_sync(mask, st, leader);
-  if (st != 0) return static_cast<Status>(st);
-  detail::group_copy(dst.peers[peer].mapped + dst_off, src.local + src_off, bytes, rank, __popc(mask));
-  __syncwarp(mask);
-  return Status::Ok;
-}
-
-template <Sharing S = Sharing::Gpu>
-__device__ Status cta_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                          const WindowHandle& src, uint64_t src_off, uint64_t bytes) {
-  __shared__ int s_status;
-  const uint32_t n = blockDim.x * blockDim.y * blockDim.z;
-  const uint32_t rank = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  const bool direct = peer >= 0 && peer < c.size && detail::comm_direct(c.peers[peer].path);
-  if (rank == 0) {
-    int st = 0;
-    if (!direct || bytes == 0) st = static_cast<int>(put<S>(c, peer, dst, dst_off, src, src_off, bytes));
-    else st = static_cast<int>(detail::comm_check(c, peer, dst, dst_off, bytes, CommOp::Put));
-    if (direct && st == 0 && (src.abi != kWindowHandleAbi || !detail::in_window(src, src_off, bytes)))
-      st = static_cast<int>(detail::comm_fail(c, Status::InvalidArgument, peer, CommOp::Put, src.id, src_off));
-    s_status = st;
-  }
-  __syncthreads();
-  const int st = s_status;
-  if (st == 0 && direct && bytes) detail::group_copy(dst.peers[peer].mapped + dst_off, src.local + src_off, bytes, rank, n);
-  __syncthreads();  // the copy is done and s_status may be reused
-  return static_cast<Status>(st);
-}
-#endif  // __CUDACC__
 
 }  // namespace kinet::dev
