@@ -299,6 +299,16 @@ TEST_P(CommCounterEdges, FailedOperationEndsTheWait) {
           REQ(dev::quiet(c) == s, "quiet reports the same failure");
           REQ(dev::reset_counter(c, win.handle(), 0) == Status::Ok, "reset");
           REQ(dev::read_counter(c, win.handle(), 0, &v) == Status::Ok && v == 0, "failure cleared");
+          // The path is in error now: a later counted put's wait ends at once
+          // with the path's failure, not at the timeout.
+          s = dev::put(c, 1, win.handle(), 0, win.handle(), 0, 64, CounterInc{0});
+          if (s == Status::Ok) {
+            const auto t1 = std::chrono::steady_clock::now();
+            s = dev::wait_counter(c, win.handle(), 0, 1, &seen);
+            REQ(std::chrono::steady_clock::now() - t1 < 5s, "the second wait ran towards its timeout: " + st(s));
+          }
+          REQ(s != Status::Ok && s != Status::TimeoutCompletion,
+              "a counted put after the failure: " + st(s) + " " + comm.device_error());
         }
         comm.barrier();
         return "";

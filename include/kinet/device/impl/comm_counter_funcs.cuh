@@ -70,7 +70,7 @@ template <Sharing S> KINET_HD void comm_ctr_progress(const CommPeer& p, int peer
     es = load_acquire<K>(&p.qp.state->error_status);
     if (es != 0) ei = p.qp.state->error_wqe;  // written before error_status's release
   } else {
-    done = load_acquire<Scope::System>(&p.ch.shared->completed);
+    done = load_acquire<Scope::System>(&p.ch.shared->completed) & kProxyDoneIndex;  // without the error/closed flags
     es = load_acquire<Scope::System>(&p.ch.shared->error_status);
     if (es != 0) ei = load_relaxed<Scope::System>(&p.ch.shared->error_index);
   }
