@@ -119,12 +119,12 @@ Cudart load_cudart(const std::string& me) {
 std::string str_or(const char* s) { return s ? s : "(no text)"; }
 
 // What travels: rank 0's outcome with the id.
-struct Msg {
+struct NcclIdMsg {
   int32_t ok;
   int32_t reserved;
   UniqueId id;
 };
-static_assert(sizeof(Msg) == 136);
+static_assert(sizeof(NcclIdMsg) == 136);
 }  // namespace
 
 std::unique_ptr<Bootstrap> Bootstrap::from_nccl(::ncclComm* comm, ::CUstream_st* stream,
@@ -165,10 +165,10 @@ std::unique_ptr<Bootstrap> Bootstrap::from_nccl(::ncclComm* comm, ::CUstream_st*
   } restore{rt, prev, dev};
   if (prev != dev) cuda_check(rt.setDevice(dev), "cudaSetDevice");
 
-  Msg* host = static_cast<Msg*>(cuda::alloc_pinned(sizeof(Msg)));
+  NcclIdMsg* host = static_cast<NcclIdMsg*>(cuda::alloc_pinned(sizeof(NcclIdMsg)));
   void* gpu = nullptr;
   try {
-    gpu = cuda::alloc_device(sizeof(Msg));
+    gpu = cuda::alloc_device(sizeof(NcclIdMsg));
   } catch (...) {
     cuda::free_pinned(host);
     throw;
@@ -192,10 +192,10 @@ std::unique_ptr<Bootstrap> Bootstrap::from_nccl(::ncclComm* comm, ::CUstream_st*
     }
     cuda_check(rt.eventCreateWithFlags(&done, kEventDisableTiming), "cudaEventCreateWithFlags");
     pending = true;
-    if (rank == 0) cuda_check(rt.memcpyAsync(gpu, host, sizeof(Msg), kHostToDevice, stream), "cudaMemcpyAsync (id to GPU)");
+    if (rank == 0) cuda_check(rt.memcpyAsync(gpu, host, sizeof(NcclIdMsg), kHostToDevice, stream), "cudaMemcpyAsync (id to GPU)");
     const auto deadline = Clock::now() + timeout;
     const std::string tmo = me + ": timeout after " + std::to_string(timeout.count()) + " ms waiting for ";
-    const int brc = nccl.broadcast(gpu, gpu, sizeof(Msg), kNcclUint8, 0, comm, stream);
+    const int brc = nccl.broadcast(gpu, gpu, sizeof(NcclIdMsg), kNcclUint8, 0, comm, stream);
     nccl_check(brc, "ncclBroadcast of the unique id");
     // A non-blocking comm may still be enqueueing the broadcast: nothing
     // else goes on the stream before NCCL says it is done.
@@ -207,7 +207,7 @@ std::unique_ptr<Bootstrap> Bootstrap::from_nccl(::ncclComm* comm, ::CUstream_st*
         throw Error(ErrorCode::System, tmo + "NCCL to enqueue the broadcast of the unique id (non-blocking communicator)");
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    cuda_check(rt.memcpyAsync(host, gpu, sizeof(Msg), kDeviceToHost, stream), "cudaMemcpyAsync (id from GPU)");
+    cuda_check(rt.memcpyAsync(host, gpu, sizeof(NcclIdMsg), kDeviceToHost, stream), "cudaMemcpyAsync (id from GPU)");
     cuda_check(rt.eventRecord(done, stream), "cudaEventRecord");
     std::chrono::microseconds step(50);
     for (;;) {
@@ -238,7 +238,7 @@ std::unique_ptr<Bootstrap> Bootstrap::from_nccl(::ncclComm* comm, ::CUstream_st*
   }
   rt.eventDestroy(done);
   if (own) rt.streamDestroy(own);
-  const Msg msg = *host;
+  const NcclIdMsg msg = *host;
   cuda::free_device(gpu);
   cuda::free_pinned(host);
   if (rank == 0 && !rank0_why.empty())
