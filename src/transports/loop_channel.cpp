@@ -20,8 +20,14 @@ struct Inbox {
     uint64_t from;
     std::vector<uint8_t> data;
   };
-  std::deque<Msg> q;
+  std::vector<Msg> q;
+  std::atomic<size_t> queued{0};  // q.size(), read without the lock by the receiver
+  std::vector<std::vector<uint8_t>> spare;  // buffers of delivered messages, for the next sends
 };
+
+// Bumped when any loop channel closes: progress() looks at its peers'
+// liveness only then, not on every call.
+std::atomic<uint64_t> g_closes{0};
 
 struct Table {
   std::mutex mu;
@@ -47,9 +53,13 @@ class LoopChannel final : public Channel {
       std::lock_guard lk(t.mu);
       t.live.erase(id_);
     }
-    std::lock_guard lk(inbox_->mu);
-    inbox_->alive = false;
-    inbox_->q.clear();
+    {
+      std::lock_guard lk(inbox_->mu);
+      inbox_->alive = false;
+      inbox_->q.clear();
+      inbox_->queued.store(0, std::memory_order_relaxed);
+    }
+    g_closes.fetch_add(1, std::memory_order_release);
   }
   const char* provider() const override { return "loop"; }
   std::string describe() const override { return "loop channel " + std::to_string(id_) + " (this process)"; }
@@ -81,68 +91,87 @@ class LoopChannel final : public Channel {
     std::lock_guard lk(mu_);
     peers_.push_back(Peer{id, in, name, false});
     by_id_.emplace(id, static_cast<uint32_t>(peers_.size() - 1));
+    seen_closes_.store(UINT64_MAX, std::memory_order_release);  // look at the new peer on the next progress()
     return static_cast<uint32_t>(peers_.size() - 1);
   }
+  // send() and progress() run on the transport's polling thread (one at a
+  // time, as Channel says); add_peer() may run beside them, under mu_.
   bool send(uint32_t peer, const iovec* iov, int n, uint64_t token) override {
-    std::shared_ptr<Inbox> in;
-    {
+    if (peer >= out_.size() || !out_[peer]) {
+      // First send to this peer: take its inbox once (a strong reference; a
+      // closed peer's inbox says alive = false).
       std::lock_guard lk(mu_);
       if (peer >= peers_.size()) return false;
-      in = peers_[peer].inbox.lock();
+      if (out_.size() <= peer) out_.resize(peer + 1);
+      out_[peer] = peers_[peer].inbox.lock();
+      if (!out_[peer]) {
+        sent_.emplace_back(token, false);
+        return true;
+      }
     }
+    Inbox& in = *out_[peer];
     size_t total = 0;
     for (int i = 0; i < n; ++i) total += iov[i].iov_len;
     bool ok = false;
-    if (in) {
-      std::lock_guard lk(in->mu);
-      if (in->alive) {
-        if (in->bytes + total > kLoopInboxBytes && !in->q.empty()) return false;
-        Inbox::Msg m{id_, std::vector<uint8_t>(total)};
+    {
+      std::lock_guard ilk(in.mu);
+      if (in.alive) {
+        if (in.bytes + total > kLoopInboxBytes && !in.q.empty()) return false;
+        std::vector<uint8_t> buf;
+        if (!in.spare.empty()) {
+          buf = std::move(in.spare.back());
+          in.spare.pop_back();
+        }
+        buf.resize(total);
         size_t off = 0;
         for (int i = 0; i < n; ++i) {
-          if (iov[i].iov_len) std::memcpy(m.data.data() + off, iov[i].iov_base, iov[i].iov_len);
+          if (iov[i].iov_len) std::memcpy(buf.data() + off, iov[i].iov_base, iov[i].iov_len);
           off += iov[i].iov_len;
         }
-        in->bytes += total;
-        in->q.push_back(std::move(m));
+        in.bytes += total;
+        in.q.push_back(Inbox::Msg{id_, std::move(buf)});
+        in.queued.store(in.q.size(), std::memory_order_release);
         ok = true;
       }
     }
-    std::lock_guard lk(mu_);
-    sent_.push_back({token, ok});
+    sent_.emplace_back(token, ok);
     return true;
   }
   size_t progress(ChannelEvents& ev) override {
     size_t events = 0;
-    std::deque<std::pair<uint64_t, bool>> sent;
-    std::deque<Inbox::Msg> msgs;
-    {
-      std::lock_guard lk(mu_);
-      sent.swap(sent_);
-    }
-    {
+    sent_work_.clear();
+    sent_work_.swap(sent_);
+    for (auto& [tok, ok] : sent_work_) ev.on_sent(tok, ok), ++events;
+    // An empty inbox costs no lock. The buffers of the messages delivered
+    // last time go back to it for the next sender, under the same lock.
+    if (inbox_->queued.load(std::memory_order_acquire) != 0) {
       std::lock_guard lk(inbox_->mu);
-      msgs.swap(inbox_->q);
+      for (auto& m : msgs_)
+        if (inbox_->spare.size() < kSpareBuffers && m.data.capacity() <= kSpareBufferBytes)
+          inbox_->spare.push_back(std::move(m.data));
+      msgs_.clear();
+      msgs_.swap(inbox_->q);
       inbox_->bytes = 0;
+      inbox_->queued.store(0, std::memory_order_relaxed);
+    } else {
+      msgs_.clear();
     }
-    for (auto& [tok, ok] : sent) ev.on_sent(tok, ok), ++events;
-    for (auto& m : msgs) {
-      uint32_t p = UINT32_MAX;
-      {
-        std::lock_guard lk(mu_);
-        auto it = by_id_.find(m.from);
-        if (it != by_id_.end()) p = it->second;
-      }
+    for (Inbox::Msg& m : msgs_) {
+      const uint32_t p = sender(m.from);
       if (p == UINT32_MAX)
         ev.on_stranger("loop channel " + std::to_string(m.from), m.data.data(), m.data.size());
       else
         ev.on_message(p, m.data.data(), m.data.size());
       ++events;
     }
-    // Liveness: a peer whose channel closed is reported once.
+    // Liveness: a peer whose channel closed is reported once (looked at only
+    // when some loop channel closed or a peer was added since last time).
+    const uint64_t closes = g_closes.load(std::memory_order_acquire);
+    if (closes == seen_closes_.load(std::memory_order_acquire)) return events;
     std::vector<std::pair<uint32_t, std::string>> lost;
     {
       std::lock_guard lk(mu_);
+      seen_closes_.store(closes, std::memory_order_relaxed);
       for (uint32_t i = 0; i < peers_.size(); ++i) {
         Peer& p = peers_[i];
         if (p.lost) continue;
@@ -169,12 +198,30 @@ class LoopChannel final : public Channel {
     std::string name;
     bool lost;
   };
+  static constexpr size_t kSpareBuffers = 256, kSpareBufferBytes = 64 * 1024;
   uint64_t id_ = 0;
   std::shared_ptr<Inbox> inbox_;
-  std::mutex mu_;  // peers_, by_id_, sent_ (add_peer may run concurrently with progress)
+  std::mutex mu_;  // peers_, by_id_ (add_peer may run concurrently with progress)
   std::deque<Peer> peers_;
   std::unordered_map<uint64_t, uint32_t> by_id_;
-  std::deque<std::pair<uint64_t, bool>> sent_;
+  std::atomic<uint64_t> seen_closes_{UINT64_MAX};  // g_closes when the peers were last looked at
+  // Polling thread only (send / progress):
+  std::vector<std::pair<uint64_t, bool>> sent_, sent_work_;  // (token, delivered) not yet reported
+  std::vector<Inbox::Msg> msgs_;                           // delivered by the last progress()
+  std::vector<std::shared_ptr<Inbox>> out_;                // peers' inboxes, by peer index
+  uint64_t last_from_ = 0;                                 // sender() cache: channel id ...
+  uint32_t last_peer_ = UINT32_MAX;                        // ... and its peer index
+
+  // The peer index of the channel with id `from` (UINT32_MAX: a stranger).
+  uint32_t sender(uint64_t from) {
+    if (from == last_from_ && last_peer_ != UINT32_MAX) return last_peer_;
+    std::lock_guard lk(mu_);
+    auto it = by_id_.find(from);
+    if (it == by_id_.end()) return UINT32_MAX;
+    last_from_ = from;
+    last_peer_ = it->second;
+    return last_peer_;
+  }
 };
 }  // namespace
 

@@ -65,7 +65,7 @@ uint64_t random_node_id() {
 
 MsgTransport::MsgTransport(std::unique_ptr<Channel> ch, uint64_t node, MsgOptions opt)
     : ch_(std::move(ch)), node_(node), opt_(std::move(opt)), reg_(std::make_shared<Registry>()),
-      peers_(new std::unique_ptr<Peer[]>[kMaxChunks]) {
+      peers_(new std::unique_ptr<Peer[]>[kMaxChunks]), keys_(new std::unique_ptr<Key[]>[kMaxKeyChunks]) {
   const size_t mm = ch_->max_message();
   if (mm < wire::kRequestBytes + 64 || opt_.depth == 0 || opt_.timeout.count() <= 0)
     throw Error(ErrorCode::InvalidArgument, "transport: channel " + std::string(ch_->provider()) +
@@ -124,8 +124,13 @@ uint32_t MsgTransport::import_key(PeerId peer, const RemoteKey& key) {
                                                 " is not " + p->name + "'s (node " + std::to_string(p->node) + ")");
   if (key.rkey == 0) throw Error(ErrorCode::InvalidArgument, "transport: import_key: key 0 from " + p->name);
   std::lock_guard lk(keys_mu_);
-  keys_.push_back({peer, key.rkey});
-  return static_cast<uint32_t>(keys_.size() - 1);
+  const uint32_t n = nkeys_.load(std::memory_order_relaxed);
+  if (n >= kKeyChunk * kMaxKeyChunks)
+    throw Error(ErrorCode::ResourceExhausted, "transport: import_key: " + std::to_string(n) + " keys imported already");
+  if (!keys_[n / kKeyChunk]) keys_[n / kKeyChunk].reset(new Key[kKeyChunk]);
+  keys_[n / kKeyChunk][n % kKeyChunk] = {peer, key.rkey};
+  nkeys_.store(n + 1, std::memory_order_release);
+  return n;
 }
 
 std::string MsgTransport::peer_error(PeerId peer) const {
@@ -158,9 +163,10 @@ bool MsgTransport::local_gpu(const void* ptr, uint64_t n) const {
 
 Status MsgTransport::check_post(PeerId peer, uint32_t key_id, Key* k) {
   if (!peer_at(peer)) return Status::InvalidArgument;
-  std::lock_guard lk(keys_mu_);
-  if (key_id >= keys_.size() || keys_[key_id].peer != peer) return Status::InvalidArgument;
-  *k = keys_[key_id];
+  if (key_id >= nkeys_.load(std::memory_order_acquire)) return Status::InvalidArgument;
+  const Key& e = keys_[key_id / kKeyChunk][key_id % kKeyChunk];
+  if (e.peer != peer) return Status::InvalidArgument;
+  *k = e;
   return Status::Ok;
 }
 
@@ -275,7 +281,7 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
   for (uint64_t i = 0; i < npieces; ++i) {
     const uint64_t off = i * piece_;
     const uint64_t len = data ? std::min<uint64_t>(piece_, bytes - off) : 8;
-    auto o = std::make_unique<Out>();
+    auto o = new_out();
     wire::Request r;
     const bool last = i + 1 == npieces;
     r.type = t == MsgType::PutSignal && !last ? MsgType::Put : t;
@@ -298,7 +304,7 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
       }
       o->len = len;
     }
-    pieces_.emplace(r.op_id, std::make_pair(place, static_cast<uint32_t>(i)));
+    add_piece(r.op_id, place, static_cast<uint32_t>(i));
     // Sequence numbers are assigned when the message is queued: queue order is send order.
     o->is_request = true;
     if (t == MsgType::PutSignal && last && npieces > 1) {
@@ -338,11 +344,19 @@ void MsgTransport::flush(Peer& p) {
     Out* o = p.q.front().get();
     iovec iov[2] = {{o->hdr, o->hdr_len}, {const_cast<uint8_t*>(o->payload), o->len}};
     const uint64_t token = next_id_++;
-    auto [it, fresh] = in_channel_.emplace(token, std::move(p.q.front()));
-    (void)fresh;
+    decltype(in_channel_)::iterator it;
+    if (spare_sent_.empty()) {
+      it = in_channel_.emplace(token, std::move(p.q.front())).first;
+    } else {
+      auto nh = std::move(spare_sent_.back());
+      spare_sent_.pop_back();
+      nh.key() = token;
+      nh.mapped() = std::move(p.q.front());
+      it = in_channel_.insert(std::move(nh)).position;
+    }
     if (!ch_->send(p.id, iov, o->len ? 2 : 1, token)) {
       p.q.front() = std::move(it->second);
-      in_channel_.erase(it);
+      spare_sent_.push_back(in_channel_.extract(it));
       return;
     }
     if (o->is_answer) --p.answers_queued;
@@ -350,7 +364,48 @@ void MsgTransport::flush(Peer& p) {
   }
 }
 
-void MsgTransport::on_sent(uint64_t token, bool) { in_channel_.erase(token); }
+void MsgTransport::on_sent(uint64_t token, bool) {
+  auto it = in_channel_.find(token);
+  if (it == in_channel_.end()) return;
+  recycle(std::move(it->second));
+  auto nh = in_channel_.extract(it);
+  if (spare_sent_.size() < kSpareNodes) spare_sent_.push_back(std::move(nh));
+}
+
+std::unique_ptr<MsgTransport::Out> MsgTransport::new_out() {
+  if (spare_outs_.empty()) return std::make_unique<Out>();
+  std::unique_ptr<Out> o = std::move(spare_outs_.back());
+  spare_outs_.pop_back();
+  return o;
+}
+
+void MsgTransport::recycle(std::unique_ptr<Out> o) {
+  if (!o || spare_outs_.size() >= kSpareNodes) return;
+  o->hdr_len = 0;
+  o->payload = nullptr;
+  o->len = 0;
+  o->is_answer = o->is_request = false;
+  o->owned.clear();
+  if (o->owned.capacity() > kSpareOwnedBytes) o->owned.shrink_to_fit();  // don't sit on a staged 1 MiB piece
+  spare_outs_.push_back(std::move(o));
+}
+
+void MsgTransport::add_piece(uint64_t op_id, uint32_t place, uint32_t piece) {
+  if (spare_pieces_.empty()) {
+    pieces_.emplace(op_id, std::make_pair(place, piece));
+    return;
+  }
+  auto nh = std::move(spare_pieces_.back());
+  spare_pieces_.pop_back();
+  nh.key() = op_id;
+  nh.mapped() = {place, piece};
+  pieces_.insert(std::move(nh));
+}
+
+void MsgTransport::erase_piece(decltype(pieces_)::iterator it) {
+  auto nh = pieces_.extract(it);
+  if (spare_pieces_.size() < kSpareNodes) spare_pieces_.push_back(std::move(nh));
+}
 
 void MsgTransport::on_peer_lost(uint32_t peer, const std::string& why) {
   if (Peer* p = peer_at(peer)) fail_peer(*p, Status::TransportRetryExceeded, "peer lost: " + why);
@@ -360,7 +415,7 @@ void MsgTransport::complete(uint32_t place) {
   Op& op = ops_[place];
   ready_.push_back({op.cookie, op.peer, op.status});
   op.busy = false;
-  op.last.reset();
+  recycle(std::move(op.last));
   ++op.gen;
   free_.push_back(place);
 }
@@ -436,14 +491,14 @@ size_t MsgTransport::poll(Completion* out, size_t max) {
   ch_->progress(*this);
   send_owed_acks();
   if (!pending_.empty()) {
-    std::vector<uint32_t> again;
+    again_.clear();
     for (uint32_t id : pending_) {
       Peer& p = *peer_at(id);
       flush(p);
-      if (!p.q.empty()) again.push_back(id);
+      if (!p.q.empty()) again_.push_back(id);
       else p.pending = false;
     }
-    pending_.swap(again);
+    pending_.swap(again_);
   }
   check_deadlines();
   size_t n = 0;
@@ -500,7 +555,7 @@ void MsgTransport::apply_ack(Peer& p, uint64_t ack) {
     auto it = pieces_.find(id);
     if (it == pieces_.end() || ops_[it->second.first].peer != p.id) continue;
     const auto [place, piece] = it->second;
-    pieces_.erase(it);
+    erase_piece(it);
     finish_piece(place, piece, Status::Ok);
   }
 }
@@ -527,7 +582,7 @@ void MsgTransport::send_owed_acks() {
       ack_owed_[keep++] = id;
       continue;
     }
-    auto o = std::make_unique<Out>();
+    auto o = new_out();
     wire::encode(wire::Ack{node_, p.rx_next - 1}, o->hdr);
     o->hdr_len = wire::kAckBytes;
     p.ack_owed = p.ack_listed = false;
@@ -546,7 +601,7 @@ void MsgTransport::handle_answer(Peer& p, const uint8_t* head, size_t hlen, cons
   if (it == pieces_.end() || ops_[it->second.first].peer != p.id)
     return reject(p.name, "unknown op id", "answer to op id " + std::to_string(a.op_id));
   const auto [place, piece] = it->second;
-  pieces_.erase(it);
+  erase_piece(it);
   Op& op = ops_[place];
   Status st = a.status;
   if (st == Status::Ok) {

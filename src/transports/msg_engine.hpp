@@ -155,6 +155,12 @@ class MsgTransport final : public Transport, private ChannelEvents {
   void answer(Peer& p, const wire::Request& r, Status st, uint64_t old, std::vector<uint8_t> data);
   void reject(const std::string& peer, const std::string& reason, const std::string& detail);
   bool local_gpu(const void* p, uint64_t n) const;
+  // Messages and map nodes are recycled: once warm, an operation's round
+  // trip allocates nothing (the proxy's latency is a few of these).
+  std::unique_ptr<Out> new_out();
+  void recycle(std::unique_ptr<Out> o);
+  void add_piece(uint64_t op_id, uint32_t place, uint32_t piece);
+  void erase_piece(std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>>::iterator it);
 
   std::unique_ptr<Channel> ch_;
   uint64_t node_;
@@ -165,18 +171,28 @@ class MsgTransport final : public Transport, private ChannelEvents {
 
   // Peers: chunked storage so connect() can grow it while poll() reads.
   static constexpr size_t kChunk = 256, kMaxChunks = 256;
+  static constexpr size_t kSpareNodes = 1024;            // recycled messages / map nodes kept
+  static constexpr size_t kSpareOwnedBytes = 64 * 1024;  // a recycled message keeps at most this buffer
   std::unique_ptr<std::unique_ptr<Peer[]>[]> peers_;
   std::atomic<uint32_t> npeers_{0};
   mutable std::mutex err_mu_;  // Peer::error
 
-  mutable std::mutex keys_mu_;
-  std::vector<Key> keys_;
+  // Imported keys: chunked like peers_, so a post reads them without a lock
+  // while import_key() (under keys_mu_) appends.
+  static constexpr size_t kKeyChunk = 1024, kMaxKeyChunks = 1024;
+  std::mutex keys_mu_;
+  std::unique_ptr<std::unique_ptr<Key[]>[]> keys_;
+  std::atomic<uint32_t> nkeys_{0};
 
   std::vector<Op> ops_;            // `depth` places
   std::vector<uint32_t> free_;     // free places
   std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> pieces_;  // wire op id -> (place, piece)
   std::unordered_map<uint64_t, std::unique_ptr<Out>> in_channel_;       // token -> message the channel holds
   std::deque<Completion> ready_;
+  std::vector<std::unique_ptr<Out>> spare_outs_;
+  std::vector<decltype(pieces_)::node_type> spare_pieces_;
+  std::vector<decltype(in_channel_)::node_type> spare_sent_;
+  std::vector<uint32_t> again_;  // poll()'s scratch list of peers still pending
   struct Deadline {
     CoarseClock::time_point at;
     uint32_t place, gen;

