@@ -138,6 +138,14 @@ class UcxChannel final : public Channel {
   // kept: as many as rendezvous messages in flight in a stream of the
   // engine's usual window (64); a full pool drops its smallest.
   void take_buffer(Inbound& in, size_t len);
+  // Inbound records and the pending maps' nodes are recycled: once warm, an
+  // eager message costs no heap allocation (a ping-pong's latency is a few
+  // hundred ns; malloc and free were a good part of it).
+  std::unique_ptr<Inbound> new_inbound();
+  void recycle(std::unique_ptr<Inbound> in);  // after release(*in)
+  std::vector<std::unique_ptr<Inbound>> spare_in_;
+  std::vector<std::map<uint64_t, std::unique_ptr<Inbound>>::node_type> spare_nodes_;
+  static constexpr size_t kSpare = 256, kSpareCopyBytes = 64 * 1024;
   static constexpr size_t kPoolMax = 64;
   std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> pool_;
 
@@ -447,9 +455,38 @@ ucs_status_t UcxChannel::on_am(const void* header, size_t hlen, void* data, size
     lose(p, p.name + " broke the kinet UCX protocol: it " + bad);
     return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
   }
-  auto& in = p.pending[h.seq];
-  in = std::make_unique<Inbound>();
+  Inbound* in;
+  if (spare_nodes_.empty()) {
+    in = (p.pending[h.seq] = new_inbound()).get();
+  } else {
+    auto nh = std::move(spare_nodes_.back());
+    spare_nodes_.pop_back();
+    nh.key() = h.seq;
+    nh.mapped() = new_inbound();
+    in = p.pending.insert(std::move(nh)).position->second.get();
+  }
   return take(*in, head, h.prefix, data, len, rndv, persistent);
+}
+
+std::unique_ptr<UcxChannel::Inbound> UcxChannel::new_inbound() {
+  if (spare_in_.empty()) return std::make_unique<Inbound>();
+  std::unique_ptr<Inbound> in = std::move(spare_in_.back());
+  spare_in_.pop_back();
+  return in;
+}
+
+void UcxChannel::recycle(std::unique_ptr<Inbound> in) {
+  if (spare_in_.size() >= kSpare) return;
+  in->head_len = 0;
+  in->buf.reset();
+  in->buf_cap = 0;
+  in->copy.clear();
+  if (in->copy.capacity() > kSpareCopyBytes) in->copy.shrink_to_fit();
+  in->data = nullptr;
+  in->len = 0;
+  in->desc = nullptr;
+  in->ready = in->failed = false;
+  spare_in_.push_back(std::move(in));
 }
 
 void UcxChannel::fetch_cb(void* request, ucs_status_t status, size_t, void* user_data) {
@@ -546,8 +583,9 @@ size_t UcxChannel::progress(ChannelEvents& ev) {
     Peer& p = *peers_[i];
     while (!p.lost && !p.pending.empty() && p.pending.begin()->first == p.recv_seq &&
            p.pending.begin()->second->ready) {
-      std::unique_ptr<Inbound> in = std::move(p.pending.begin()->second);
-      p.pending.erase(p.pending.begin());
+      auto nh = p.pending.extract(p.pending.begin());
+      std::unique_ptr<Inbound> in = std::move(nh.mapped());
+      if (spare_nodes_.size() < kSpare) spare_nodes_.push_back(std::move(nh));
       ++p.recv_seq;
       if (in->failed) {
         lose(p, "fetching a rendezvous message from " + p.name + " failed");
@@ -555,6 +593,7 @@ size_t UcxChannel::progress(ChannelEvents& ev) {
       }
       ev.on_message_parts(p.index, in->head, in->head_len, in->data, in->len);
       release(*in);
+      recycle(std::move(in));
       ++n;
     }
   }
