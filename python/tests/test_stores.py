@@ -8,30 +8,9 @@ import time
 import unittest
 
 import kinet
-from pystore import DictStore
+from pystore import DictStore, FailingStore
 
 BOUND = 20  # seconds: no call in these tests may take longer, even under sanitizers
-
-
-class FailingStore(DictStore):
-    """A DictStore whose method `method` raises `exc`."""
-
-    def __init__(self, method, exc):
-        super().__init__()
-        self._method, self._exc = method, exc
-
-    def __getattribute__(self, name):
-        if name != "_method" and name == object.__getattribute__(self, "_method"):
-            exc = object.__getattribute__(self, "_exc")
-
-            def fail(*args, **kwargs):
-                raise exc
-
-            return fail
-        return object.__getattribute__(self, name)
-
-    def __repr__(self):
-        return f"FailingStore({self._method})"
 
 
 class WaitWithoutTimeout(DictStore):
