@@ -258,6 +258,41 @@ class ThreadRanksTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             b.broadcast(None, root=0)
 
+    def test_init_from_a_unique_id(self):
+        uid = kinet.create_unique_id()
+        self.assertRegex(uid, r"^[0-9a-f]{256}$")
+        got = run_ranks(2, lambda r: kinet.Bootstrap.init(uid, r, 2, timeout=BOUND).allgather(f"{r}".encode()))
+        self.assertEqual(got, [[b"0", b"1"]] * 2)
+        for bad in ("", "zz" * 128, uid[:-2]):
+            with self.assertRaises(kinet.Error) as cm:
+                kinet.Bootstrap.init(bad, 0, 2, timeout=1)
+            self.assertEqual(cm.exception.code, "InvalidArgument")
+
+    def test_comm_of_one_rank_and_its_argument_errors(self):
+        b = kinet.Bootstrap.from_store(kinet.MemoryStore(), 0, 1, prefix="comm1")
+        comm = kinet.Comm(b, path="proxy", memory="host")
+        self.assertEqual((comm.rank, comm.size, comm.gpu), (0, 1, False))
+        self.assertEqual(comm.path(0), "self")
+        self.assertEqual(comm.paths(), [{"peer": 0, "path": "self", "reason": comm.path_reason(0)}])
+        self.assertEqual(comm.describe_paths(), comm.report())
+        self.assertTrue(comm.describe_paths().startswith("rank 0 -> rank 0: self"))
+        self.assertEqual((comm.device_error(), comm.peer_error(0)), ("", ""))
+        for call in (comm.path, comm.path_reason, comm.peer_error):
+            with self.assertRaises(kinet.Error) as cm:
+                call(1)
+            self.assertEqual(cm.exception.code, "InvalidArgument")
+            self.assertIn("comm rank 0: peer 1 out of range 0..0", str(cm.exception))
+        comm.barrier()
+        with self.assertRaises(kinet.Error) as cm:
+            kinet.Comm(b, memory="disk")
+        self.assertEqual(cm.exception.code, "InvalidArgument")
+        self.assertIn("Comm: memory 'disk' (auto, host or gpu)", str(cm.exception))
+        with self.assertRaises(kinet.Error) as cm:
+            kinet.Comm(b, path="carrier-pigeon", memory="host")
+        self.assertEqual(cm.exception.code, "InvalidArgument")
+        del b  # the Comm keeps its bootstrap alive
+        comm.barrier()
+
     def test_overlapping_calls_are_refused(self):
         store = kinet.MemoryStore()
         b0, b1 = run_ranks(2, lambda r: kinet.Bootstrap.from_store(store, r, 2, prefix="overlap", timeout=BOUND))
