@@ -125,7 +125,8 @@ std::chrono::milliseconds to_ms(pb::handle t, std::chrono::milliseconds fallback
   if (PyObject_IsInstance(t.ptr(), g_timedelta)) {
     s = t.attr("total_seconds")().cast<double>();
   } else if ((PyLong_Check(t.ptr()) && !PyBool_Check(t.ptr())) || PyFloat_Check(t.ptr())) {
-    s = t.cast<double>();
+    s = PyFloat_Check(t.ptr()) ? PyFloat_AsDouble(t.ptr()) : PyLong_AsDouble(t.ptr());
+    if (s == -1.0 && PyErr_Occurred()) throw pb::error_already_set();  // OverflowError: an int beyond a double
   } else {
     throw pb::type_error(std::string(what) + ": a timeout is a datetime.timedelta or seconds (int or float), not " +
                          std::string(pb::str(pb::type::handle_of(t).attr("__name__"))));

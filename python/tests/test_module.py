@@ -86,8 +86,11 @@ class ModuleTest(unittest.TestCase):
             with self.assertRaises(TypeError) as cm:
                 s.wait(["k"], t)
             self.assertIn("a timeout is a datetime.timedelta or seconds", str(cm.exception))
+        with self.assertRaises(OverflowError):
+            s.get("k", 10 ** 400)
         s.set("k", b"v")
         self.assertEqual(s.get("k", float("inf")), b"v")  # inf: the 30-day cap, no overflow
+        self.assertEqual(s.get("k", 10 ** 30), b"v")
 
     def test_bytes_like_values(self):
         s = kinet.MemoryStore()
