@@ -8,6 +8,7 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ ccache pkg-config libgtest-dev libibverbs-dev libcli11-dev nlohmann-json3-dev python3)
 pkgs+=(libucx-dev ucx-utils)  # the UCX transport channel (headers; libucp.so.0 loaded at run time), ucx_perftest (bench/transport)
 pkgs+=(libfabric-dev)  # transport "ofi": headers to build, libfabric.so.1 (dlopen) for its tests
+pkgs+=(python3-dev pybind11-dev)  # the Python module (python/, docs/PYTHON.md)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
