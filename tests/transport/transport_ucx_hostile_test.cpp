@@ -209,14 +209,14 @@ struct Rig {
 
   // False when UCX can't start here.
   bool open(bool connect) {
-    raw = RawUcx::open();
-    if (!raw) return false;
     try {
-      t = ucx_transport("target");
+      t = ucx_transport("target");  // first: make_channel sets up UCX's environment (TSan builds)
     } catch (const Error& e) {
       if (e.code() == ErrorCode::NotSupported) return false;
       throw;
     }
+    raw = RawUcx::open();
+    if (!raw) return false;
     g = std::make_unique<Guarded>(*t, 256, kAccessAll);
     raw->connect(t->address());
     if (connect) hostile = t->connect(transport::engine_address(raw->node, raw->channel_address()), "hostile");
