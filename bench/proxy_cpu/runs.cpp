@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/cpu_relax.hpp"
 #include "kinet/proxy.hpp"
 
 namespace kpcb {
@@ -22,14 +23,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ns_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
 }
 
 void check(Status st, const char* what, const ProxyChannel& ch) {

@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "core/cpu_relax.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 
@@ -23,14 +24,6 @@ constexpr uint32_t kPollEvery = 8;
 // Idle passes spun before cfg_.spin's clock is read; yields before sleeps.
 constexpr uint32_t kSpinPasses = 64;
 constexpr uint32_t kYieldPasses = 64;
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
 const char* op_name(uint8_t op) {
   switch (static_cast<ProxyOp>(op)) {
     case ProxyOp::Nop: return "nop";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "emu_fixture.hpp"
+#include "kinet/mlx5/syndrome.hpp"
 
 namespace kinet::test {
 
@@ -138,5 +139,41 @@ class FaultRig {
     }
   }
 };
+
+// The host moves a connected QP to ERROR after a good put: what is posted
+// then (a put, a fetch_add, a signalled nop) completes WrFlushed with CQE
+// syndrome 0x05, error_wqe names the first of them, and the target keeps
+// every byte. `words`: what last_error() mentions (none: not checked).
+// Shared by the software-NIC fault suite and the hw suite.
+inline void qp_in_error_flushes(const PairOptions& o, std::initializer_list<const char*> words) {
+  constexpr dev::Sharing X = dev::Sharing::Exclusive;
+  KINET_TEST_RNG(rng);
+  EmuPair p(o);
+  Region& src = p.reg_a(4096);
+  Region& dst = p.reg_b(4096);
+  fill_random(rng, dst.p(), 4096);
+  fill_distinct(rng, src.p(), dst.p(), 4096);
+  const dev::QpHandle h = p.h();
+  dev::Ticket t;
+  ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), 100, 0, &t), Status::Ok);
+  ASSERT_EQ(dev::wait<X>(h, t), Status::Ok) << p.qa->last_error();
+  std::vector<uint8_t> before(dst.p(), dst.p() + 4096);
+  p.qa->to_error();
+  EXPECT_EQ(p.qa->state(), QpState::Error);
+  dev::Ticket t1, t2, t3;
+  ASSERT_EQ(dev::put<X>(h, src.p() + 100, src.lkey(), dst.addr() + 100, dst.rkey(), 100, 0, &t1), Status::Ok);
+  ASSERT_EQ(dev::fetch_add<X>(h, src.u64(512), src.lkey(), dst.addr() + 512, dst.rkey(), 1, 0, &t2), Status::Ok);
+  ASSERT_EQ(dev::nop<X>(h, dev::kSignal, &t3), Status::Ok);
+  EXPECT_EQ(dev::wait<X>(h, t1), Status::WrFlushed);
+  EXPECT_EQ(dev::wait<X>(h, t2), Status::WrFlushed);
+  EXPECT_EQ(dev::wait<X>(h, t3), Status::WrFlushed);
+  EXPECT_EQ(dev::quiet<X>(h), Status::WrFlushed);
+  EXPECT_EQ(int(h.state->error_syndrome), int(mlx5::kSynWrFlush));
+  EXPECT_EQ(h.state->error_wqe, t1.idx - 1) << "the first WQE posted in ERROR";
+  if (words.size()) {
+    EXPECT_TRUE(mentions_any(p.qa->last_error(), words)) << p.qa->last_error();
+  }
+  EXPECT_TRUE(bytes_equal(dst.p(), before.data(), 4096, "target after posting on an ERROR QP"));
+}
 
 }  // namespace kinet::test

@@ -313,24 +313,9 @@ TEST(EmuFault, PostOnQpInReset) { post_on_unconnected(0); }
 TEST(EmuFault, PostOnQpInInit) { post_on_unconnected(1); }
 TEST(EmuFault, PostOnQpInRtr) { post_on_unconnected(2); }
 
-TEST(EmuFault, HostMovesQpToErrorThenEverythingIsFlushed) {
-  KINET_TEST_RNG(rng);
-  EmuPair p(fault_options());
-  Region& src = p.reg_a(4096);
-  Region& dst = p.reg_b(4096);
-  fill_random(rng, dst.p(), 4096);
-  fill_distinct(rng, src.p(), dst.p(), 4096);
-  const auto h = p.h();
-  Ticket t;
-  ASSERT_EQ(dev::put<X>(h, src.p(), src.lkey(), dst.addr(), dst.rkey(), 100, 0, &t), Status::Ok);
-  ASSERT_EQ(dev::wait<X>(h, t), Status::Ok);
-  std::vector<uint8_t> before(dst.p(), dst.p() + 4096);
-  p.qa->to_error();
-  EXPECT_EQ(p.qa->state(), QpState::Error);
-  ASSERT_EQ(dev::put<X>(h, src.p() + 100, src.lkey(), dst.addr() + 100, dst.rkey(), 100, 0, &t), Status::Ok);
-  EXPECT_EQ(dev::wait<X>(h, t), Status::WrFlushed);
-  EXPECT_TRUE(bytes_equal(dst.p(), before.data(), 4096, "target after posting on an ERROR QP"));
-}
+// The emu provider writes no last_error() for a flush the host caused (the
+// mlx5 provider does: the hw suite checks it).
+TEST(EmuFault, HostMovesQpToErrorThenEverythingIsFlushed) { qp_in_error_flushes(fault_options(), {}); }
 
 // The peer is gone: no answer, the transport gives up.
 void destroyed_peer(bool whole_device) {

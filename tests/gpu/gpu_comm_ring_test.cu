@@ -14,7 +14,7 @@
 
 #include <kinet/comm.hpp>
 
-#include "../multiproc/comm_ranks.hpp"
+#include "comm_paths.hpp"
 
 namespace {
 using namespace kinet;
@@ -64,20 +64,9 @@ __global__ void k_ring(dev::CommHandle c, dev::WindowHandle w, int* err) {
 }
 
 std::string run(int r, Bootstrap& bs, const std::string& path) {
-  int ngpu = 0;
-  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) return "SKIP";
-  CommConfig cfg;
-  cfg.transport = "tcp";
-  cfg.path = path;
-  cfg.memory = CommConfig::Memory::Gpu;
-  if (path == "gdaki") {
-    cfg.device = "emu";
-    cfg.emu_fabric = DeviceOptions::Fabric::Tcp;
-  }
-  cfg.timeout = std::chrono::milliseconds(30000);
-  Comm comm(bs, cfg);
-  for (int p = 0; p < kRanks; ++p)
-    if (p != r && dev::comm_path_name(uint32_t(comm.path(p))) != path) return "path: " + comm.report();
+  if (!test::have_gpu()) return test::kNoGpu;
+  Comm comm(bs, test::gpu_comm_config(path, std::chrono::milliseconds(30000)));
+  if (std::string e = test::check_comm_path(comm, path); !e.empty()) return e;
   CommWindow& win = comm.alloc_symmetric(kBytes);
   std::vector<uint64_t> h(kCount);
   for (uint64_t i = 0; i < kCount; ++i) h[i] = initial(r, i);
@@ -108,27 +97,9 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
 }
 }  // namespace
 
+// KINET_COMM_TEST_ONLY=p2p|proxy|gdaki: that path alone (debugging).
 int main() {
-  setenv("KINET_SOCKET_IFNAME", "lo", 1);
-  int rc = 0;
-  const char* only = std::getenv("KINET_COMM_TEST_ONLY");  // "p2p", "proxy" or "gdaki": that path alone
-  for (const std::string path : {"p2p", "proxy", "gdaki"}) {
-    if (only && path != only) continue;
-    auto res = kinet::test::run_ranks(kRanks, [&](int r, int, Bootstrap& bs) { return run(r, bs, path); },
-                                      std::chrono::seconds(180));
-    bool skip = false, failed = false;
-    for (size_t r = 0; r < res.size(); ++r) {
-      skip |= res[r].out == "SKIP";
-      if (res[r].out != "SKIP" && (res[r].exit_code != 0 || res[r].timed_out)) {
-        std::printf("FAIL %s rank %zu: exit %d%s: %s\n", path.c_str(), r, res[r].exit_code,
-                    res[r].timed_out ? " (timed out)" : "", res[r].out.c_str());
-        failed = true;
-      }
-    }
-    if (skip) return std::printf("SKIPPED: no GPU\n"), 77;
-    std::printf("%s %s (%d ranks, ring all-reduce of %llu values)\n", failed ? "  FAILED" : "      OK", path.c_str(),
-                kRanks, static_cast<unsigned long long>(kCount));
-    rc |= failed ? 1 : 0;
-  }
-  return rc;
+  const std::string note =
+      " (" + std::to_string(kRanks) + " ranks, ring all-reduce of " + std::to_string(kCount) + " values)";
+  return kinet::test::run_comm_paths(kRanks, {"p2p", "proxy", "gdaki"}, run, std::chrono::seconds(180), note);
 }

@@ -18,7 +18,7 @@
 
 #include <kinet/comm.hpp>
 
-#include "../multiproc/comm_ranks.hpp"
+#include "comm_paths.hpp"
 
 namespace {
 using namespace kinet;
@@ -121,22 +121,9 @@ __global__ void k_counters(dev::CommHandle c, dev::WindowHandle w, int* step) {
 }
 
 std::string run(int r, Bootstrap& bs, const std::string& path) {
-  int ngpu = 0;
-  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) return "SKIP";
-  CommConfig cfg;
-  cfg.transport = "tcp";
-  cfg.path = path;
-  cfg.memory = CommConfig::Memory::Gpu;
-  if (path == "gdaki") {
-    cfg.device = "emu";
-    cfg.emu_fabric = DeviceOptions::Fabric::Tcp;
-  }
-  cfg.timeout = std::chrono::milliseconds(20000);
-  Comm comm(bs, cfg);
-  const auto want = path == "p2p"     ? dev::CommPath::P2p
-                    : path == "gdaki" ? dev::CommPath::Gdaki
-                                      : dev::CommPath::Proxy;
-  if (comm.path(1 - r) != want) return "path: " + comm.report();
+  if (!test::have_gpu()) return test::kNoGpu;
+  Comm comm(bs, test::gpu_comm_config(path, std::chrono::milliseconds(20000)));
+  if (std::string e = test::check_comm_path(comm, path); !e.empty()) return e;
   CommWindow& win = comm.alloc_symmetric(kWin);
   CommWindow& cwin = comm.alloc_symmetric(kWin, 3);
   std::vector<uint8_t> h(kWin);
@@ -202,26 +189,5 @@ std::string run(int r, Bootstrap& bs, const std::string& path) {
 }
 }  // namespace
 
-int main() {
-  setenv("KINET_SOCKET_IFNAME", "lo", 1);
-  int rc = 0;
-  const char* only = std::getenv("KINET_COMM_TEST_ONLY");  // "p2p", "proxy" or "gdaki": that path alone (debugging)
-  for (const std::string path : {"p2p", "proxy", "gdaki"}) {
-    if (only && path != only) continue;
-    auto res = kinet::test::run_ranks(2, [&](int r, int, Bootstrap& bs) { return run(r, bs, path); },
-                                      std::chrono::seconds(120));
-    bool skip = false, failed = false;
-    for (size_t r = 0; r < res.size(); ++r) {
-      skip |= res[r].out == "SKIP";
-      if (res[r].out != "SKIP" && (res[r].exit_code != 0 || res[r].timed_out)) {
-        std::printf("FAIL %s rank %zu: exit %d%s: %s\n", path.c_str(), r, res[r].exit_code,
-                    res[r].timed_out ? " (timed out)" : "", res[r].out.c_str());
-        failed = true;
-      }
-    }
-    if (skip) return std::printf("SKIPPED: no GPU\n"), 77;
-    std::printf("%s %s\n", failed ? "  FAILED" : "      OK", path.c_str());
-    rc |= failed ? 1 : 0;
-  }
-  return rc;
-}
+// KINET_COMM_TEST_ONLY=p2p|proxy|gdaki: that path alone (debugging).
+int main() { return kinet::test::run_comm_paths(2, {"p2p", "proxy", "gdaki"}, run, std::chrono::seconds(120)); }

@@ -198,6 +198,15 @@ TEST_P(CommCounterEdges, BadIndexAndTimeout) {
         REQ(dev::put(c, p, w, 1024, w, 0, 64, CounterInc{~0u}) == Status::InvalidArgument, "counter 2^32-1");
         REQ(dev::put(c, p, w, 1024, none.handle(), 0, 64, CounterInc{0}) == Status::InvalidArgument,
             "a window without counters");
+        REQ(dev::put(c, p, w, 1024, w, 0, 64, CounterInc{uint64_t{1} << 32}) == Status::InvalidArgument,
+            "counter 2^32");
+        // CounterInc{kNoCounter} (the default argument) counts nothing: Ok
+        // even from a window without counters.
+        REQ(dev::put(c, p, none.handle(), 0, none.handle(), 0, 64, CounterInc{dev::kNoCounter}) == Status::Ok,
+            "explicit kNoCounter: " + comm.device_error());
+        REQ(dev::put_signal(c, p, none.handle(), 0, none.handle(), 0, 64, none.handle(), 64, SigOp::Add, 1,
+                            CounterInc{dev::kNoCounter}) == Status::Ok,
+            "put_signal, explicit kNoCounter");
         uint64_t v = 5;
         REQ(dev::read_counter(c, w, 3, &v) == Status::InvalidArgument && v == 5, "read_counter 3");
         REQ(dev::wait_counter(c, w, 3, 0) == Status::InvalidArgument, "wait_counter 3");

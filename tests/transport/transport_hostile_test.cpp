@@ -21,32 +21,6 @@ using namespace std::chrono_literals;
 using transport::wire::MsgType;
 namespace wire = transport::wire;
 
-constexpr size_t kGuard = 64;
-constexpr uint8_t kGuardByte = 0xA5;
-
-// A region of `n` bytes with guard bytes on both sides, registered at b.
-struct Guarded {
-  std::vector<uint8_t> buf;
-  std::unique_ptr<TransportRegion> region;
-  uint8_t* mem() { return buf.data() + kGuard; }
-  uint64_t base() { return reinterpret_cast<uint64_t>(mem()); }
-  size_t n;
-  Guarded(Transport& t, size_t bytes, uint32_t access) : buf(bytes + 2 * kGuard, kGuardByte), n(bytes) {
-    std::memset(mem(), 0, n);
-    region = t.register_memory(mem(), n, access);
-  }
-  bool guards_intact() const {
-    for (size_t i = 0; i < kGuard; ++i)
-      if (buf[i] != kGuardByte || buf[kGuard + n + i] != kGuardByte) return false;
-    return true;
-  }
-  bool zero() const {
-    for (size_t i = 0; i < n; ++i)
-      if (buf[kGuard + i] != 0) return false;
-    return true;
-  }
-};
-
 TEST(TransportTarget, BoundsAtTheExactEdge) {
   LoopPair p;
   Guarded g(*p.b, 256, kAccessAll);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,32 @@ inline size_t wait_completions(Transport& t, size_t n, std::vector<Completion>& 
   }
   return got;
 }
+
+// A registered region of `n` zeroed bytes with guard bytes on both sides:
+// what a hostile test checks after each crafted message.
+struct Guarded {
+  static constexpr size_t kGuard = 64;
+  static constexpr uint8_t kGuardByte = 0xA5;
+  std::vector<uint8_t> buf;
+  std::unique_ptr<TransportRegion> region;
+  size_t n;
+  Guarded(Transport& t, size_t bytes, uint32_t access) : buf(bytes + 2 * kGuard, kGuardByte), n(bytes) {
+    std::memset(mem(), 0, n);
+    region = t.register_memory(mem(), n, access);
+  }
+  uint8_t* mem() { return buf.data() + kGuard; }
+  uint64_t base() { return reinterpret_cast<uint64_t>(mem()); }
+  bool guards_intact() const {
+    for (size_t i = 0; i < kGuard; ++i)
+      if (buf[i] != kGuardByte || buf[kGuard + n + i] != kGuardByte) return false;
+    return true;
+  }
+  bool zero() const {
+    for (size_t i = 0; i < n; ++i)
+      if (buf[kGuard + i] != 0) return false;
+    return true;
+  }
+};
 
 // Two connected transports a -> b, with b's region imported at a.
 struct LoopPair {

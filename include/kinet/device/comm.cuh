@@ -90,8 +90,13 @@ enum class CommOp : uint32_t {
 
 // The option that makes a put / put_signal count its local completion on
 // counter `index` of its source window (WindowHandle::counters).
+// CounterInc{kNoCounter} (the default argument): not counted. kNoCounter is
+// wider than any counter index (ncounters is 32-bit), so no computed index
+// can become it by accident: an index >= ncounters, 2^32-1 included, is an
+// InvalidArgument.
+inline constexpr uint64_t kNoCounter = ~uint64_t{0};
 struct CounterInc {
-  uint32_t index;
+  uint64_t index;
 };
 
 // 3: WindowHandle::counters/ncounters, CommPeer::ctr
@@ -206,9 +211,10 @@ static_assert(offsetof(CommHandle, abi) == 0);
 
 // Copies [src_off, src_off + bytes) of my part of `src` to
 // [dst_off, dst_off + bytes) of `peer`'s part of `dst`. bytes == 0: Ok, nothing.
+// ctr: see "Counters" below (default: not counted).
 template <Sharing S = Sharing::Gpu>
 KINET_HD Status put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, const WindowHandle& src,
-                    uint64_t src_off, uint64_t bytes);
+                    uint64_t src_off, uint64_t bytes, CounterInc ctr = CounterInc{kNoCounter});
 // Writes the low `nbytes` (1..8) bytes of `value` (little-endian) to
 // `peer`'s part of dst at dst_off. No source buffer needed.
 template <Sharing S = Sharing::Gpu>
@@ -220,10 +226,11 @@ KINET_HD Status get(const CommHandle& c, int peer, const WindowHandle& dst, uint
                     uint64_t src_off, uint64_t bytes);
 // put, then the signal word at sig_off of `peer`'s part of sig changes
 // (op, value) after the data (see the ordering above). bytes == 0: signal only.
+// ctr: see "Counters" below (default: not counted).
 template <Sharing S = Sharing::Gpu>
 KINET_HD Status put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
                            const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                           uint64_t sig_off, SigOp op, uint64_t value);
+                           uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr = CounterInc{kNoCounter});
 template <Sharing S = Sharing::Gpu>
 KINET_HD Status signal(const CommHandle& c, int peer, const WindowHandle& sig, uint64_t sig_off, SigOp op,
                        uint64_t value);
@@ -283,14 +290,6 @@ template <Sharing S = Sharing::Gpu> KINET_HD Status barrier(const CommHandle& c)
 // ring slot did not complete within timeout_ns (the slot is posted as a NOP,
 // nothing moves).
 
-// put / put_signal counted on counter ctr.index of `src`.
-template <Sharing S = Sharing::Gpu>
-KINET_HD Status put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, const WindowHandle& src,
-                    uint64_t src_off, uint64_t bytes, CounterInc ctr);
-template <Sharing S = Sharing::Gpu>
-KINET_HD Status put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                           const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                           uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr);
 // Counter `index` of my part of w, after crediting the completions that
 // arrived, into *value. Ok, or the failure recorded on the counter (*value
 // still set); InvalidArgument (bad handle, index >= w.ncounters).
@@ -326,15 +325,16 @@ KINET_HD Status reset_counter(const CommHandle& c, const WindowHandle& w, uint32
 // promise. Arguments are checked before anything moves: a bad argument
 // moves no data and applies no signal (same errors as put_signal / signal).
 
-// warp_put + the signal of put_signal. bytes == 0: signal only.
+// warp_put + the signal of put_signal. bytes == 0: signal only. ctr: see
+// "Counted group calls" below (default: not counted).
 template <Sharing S = Sharing::Gpu>
 __device__ Status warp_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
                                   const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                                  uint64_t sig_off, SigOp op, uint64_t value);
+                                  uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr = CounterInc{kNoCounter});
 template <Sharing S = Sharing::Gpu>
 __device__ Status cta_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
                                  const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                                 uint64_t sig_off, SigOp op, uint64_t value);
+                                 uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr = CounterInc{kNoCounter});
 // The signal alone, after the group's earlier operations (e.g. after several
 // warp_put / cta_put calls of the group to that peer).
 template <Sharing S = Sharing::Gpu>
@@ -343,24 +343,20 @@ __device__ Status warp_signal(const CommHandle& c, int peer, const WindowHandle&
 template <Sharing S = Sharing::Gpu>
 __device__ Status cta_signal(const CommHandle& c, int peer, const WindowHandle& sig, uint64_t sig_off, SigOp op,
                              uint64_t value);
-// Counted group calls: the group's ONE buffer is ONE operation, counted once
-// on counter ctr.index of src (P2p, Self: by one thread after the group's
-// copy; other paths: as the thread variant counts it). warp_put / cta_put
-// are in impl/comm_funcs.cuh (see "Warp and CTA variants" there).
+// warp_put / cta_put: the group's put of ONE buffer (bodies and details in
+// impl/comm_group_funcs.cuh, "Warp and CTA variants").
+// Counted group calls (a ctr other than the default): the group's ONE buffer
+// is ONE operation, counted once on counter ctr.index of src (P2p, Self: by
+// one thread after the group's copy; other paths: as the thread variant
+// counts it).
 template <Sharing S = Sharing::Gpu>
 __device__ Status warp_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                           const WindowHandle& src, uint64_t src_off, uint64_t bytes, CounterInc ctr);
+                           const WindowHandle& src, uint64_t src_off, uint64_t bytes,
+                           CounterInc ctr = CounterInc{kNoCounter});
 template <Sharing S = Sharing::Gpu>
 __device__ Status cta_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                          const WindowHandle& src, uint64_t src_off, uint64_t bytes, CounterInc ctr);
-template <Sharing S = Sharing::Gpu>
-__device__ Status warp_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                                  const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                                  uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr);
-template <Sharing S = Sharing::Gpu>
-__device__ Status cta_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                                 const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                                 uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr);
+                          const WindowHandle& src, uint64_t src_off, uint64_t bytes,
+                          CounterInc ctr = CounterInc{kNoCounter});
 #endif  // __CUDACC__
 
 // What a path is called in messages.

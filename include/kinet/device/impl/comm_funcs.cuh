@@ -9,7 +9,6 @@ namespace kinet::dev {
 namespace detail {
 
 inline constexpr uint32_t kNoWindow = ~0u;
-inline constexpr uint64_t kNoCounter = ~uint64_t{0};  // an operation without CounterInc (no CounterInc::index)
 
 // Self and P2p: the peer's part is mapped here and moved by loads and stores.
 KINET_HD bool comm_direct(uint32_t path) {
@@ -376,12 +375,6 @@ KINET_HD Status comm_put(const CommHandle& c, int peer, const WindowHandle& dst,
 
 template <Sharing S>
 KINET_HD Status put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, const WindowHandle& src,
-                    uint64_t src_off, uint64_t bytes) {
-  return detail::comm_put<S>(c, peer, dst, dst_off, src, src_off, bytes, detail::kNoCounter);
-}
-
-template <Sharing S>
-KINET_HD Status put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off, const WindowHandle& src,
                     uint64_t src_off, uint64_t bytes, CounterInc ctr) {
   return detail::comm_put<S>(c, peer, dst, dst_off, src, src_off, bytes, ctr.index);
 }
@@ -437,13 +430,6 @@ KINET_HD Status get(const CommHandle& c, int peer, const WindowHandle& dst, uint
   const Status st = dev::get<S>(p.ch, dst.local + dst_off, Lkey{dst.lkey}, src.peers[peer].raddr + src_off,
                                 Rkey{src.peers[peer].rkey}, bytes, 0, nullptr);
   return st == Status::Ok ? st : detail::comm_fail(c, st, peer, CommOp::Get, src.id, src_off);
-}
-
-template <Sharing S>
-KINET_HD Status put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                           const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                           uint64_t sig_off, SigOp op, uint64_t value) {
-  return detail::comm_signal<S>(c, peer, dst, dst_off, src, src_off, bytes, sig, sig_off, op, value, CommOp::PutSignal);
 }
 
 template <Sharing S>

@@ -1,6 +1,6 @@
 // kinet — bodies of the communicator's group operations (kinet/device/comm.cuh):
 // warp_put, cta_put, warp_put_signal, cta_put_signal, warp_signal, cta_signal
-// (and their counted variants). nvcc only.
+// (counted or not: CounterInc ctr). nvcc only.
 #pragma once
 #if defined(__CUDACC__)
 
@@ -71,20 +71,10 @@ __device__ Status cta_put(const CommHandle& c, int peer, const WindowHandle& dst
 }
 }  // namespace detail
 
-template <Sharing S = Sharing::Gpu>
-__device__ Status warp_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                           const WindowHandle& src, uint64_t src_off, uint64_t bytes) {
-  return detail::warp_put<S>(c, peer, dst, dst_off, src, src_off, bytes, detail::kNoCounter);
-}
 template <Sharing S>
 __device__ Status warp_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
                            const WindowHandle& src, uint64_t src_off, uint64_t bytes, CounterInc ctr) {
   return detail::warp_put<S>(c, peer, dst, dst_off, src, src_off, bytes, ctr.index);
-}
-template <Sharing S = Sharing::Gpu>
-__device__ Status cta_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                          const WindowHandle& src, uint64_t src_off, uint64_t bytes) {
-  return detail::cta_put<S>(c, peer, dst, dst_off, src, src_off, bytes, detail::kNoCounter);
 }
 template <Sharing S>
 __device__ Status cta_put(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
@@ -198,25 +188,9 @@ __device__ Status cta_comm_signal(const CommHandle& c, int peer, const WindowHan
 template <Sharing S>
 __device__ Status warp_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
                                   const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                                  uint64_t sig_off, SigOp op, uint64_t value) {
-  return detail::warp_comm_signal<S>(c, peer, dst, dst_off, src, src_off, bytes, sig, sig_off, op, value,
-                                     CommOp::PutSignal, detail::kNoCounter);
-}
-
-template <Sharing S>
-__device__ Status warp_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                                  const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
                                   uint64_t sig_off, SigOp op, uint64_t value, CounterInc ctr) {
   return detail::warp_comm_signal<S>(c, peer, dst, dst_off, src, src_off, bytes, sig, sig_off, op, value,
                                      CommOp::PutSignal, ctr.index);
-}
-
-template <Sharing S>
-__device__ Status cta_put_signal(const CommHandle& c, int peer, const WindowHandle& dst, uint64_t dst_off,
-                                 const WindowHandle& src, uint64_t src_off, uint64_t bytes, const WindowHandle& sig,
-                                 uint64_t sig_off, SigOp op, uint64_t value) {
-  return detail::cta_comm_signal<S>(c, peer, dst, dst_off, src, src_off, bytes, sig, sig_off, op, value,
-                                    CommOp::PutSignal, detail::kNoCounter);
 }
 
 template <Sharing S>
@@ -231,14 +205,14 @@ template <Sharing S>
 __device__ Status warp_signal(const CommHandle& c, int peer, const WindowHandle& sig, uint64_t sig_off, SigOp op,
                               uint64_t value) {
   return detail::warp_comm_signal<S>(c, peer, sig, 0, sig, 0, 0, sig, sig_off, op, value, CommOp::Signal,
-                                     detail::kNoCounter);
+                                     kNoCounter);
 }
 
 template <Sharing S>
 __device__ Status cta_signal(const CommHandle& c, int peer, const WindowHandle& sig, uint64_t sig_off, SigOp op,
                              uint64_t value) {
   return detail::cta_comm_signal<S>(c, peer, sig, 0, sig, 0, 0, sig, sig_off, op, value, CommOp::Signal,
-                                    detail::kNoCounter);
+                                    kNoCounter);
 }
 
 }  // namespace kinet::dev
