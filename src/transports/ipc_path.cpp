@@ -2,6 +2,7 @@
 // and the channel wrapper around shm.
 #include "transports/ipc_path.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/cuda_ipc.hpp"
@@ -138,6 +139,43 @@ void IpcPath::add_peer(uint32_t peer, const std::vector<uint8_t>& a) {
               name_.c_str(), peer);
 }
 
+const IpcMemory::Alloc* IpcPath::exported(Registry& reg, uint32_t key, const void* p, uint64_t n) {
+  if (unexportable_.count(key)) return nullptr;
+  const auto a = reinterpret_cast<uint64_t>(p);
+  for (const auto& x : exports_[key])
+    if (covers(x, a, n)) return &x;
+  IpcMemory::Alloc x;
+  std::string why;
+  if (!mem_->export_alloc(p, &x, &why) || !covers(x, a, n)) {
+    // Staged from now on for this region: the export would fail again.
+    if (why.empty()) why = "[" + text::hex(a) + ", +" + std::to_string(n) + ") spans more than one allocation";
+    unexportable_.emplace(key, true);
+    const uint64_t f = n_.fallbacks.fetch_add(1, std::memory_order_relaxed) + 1;
+    KINET_LOG(Warn, "transport %s: GPU memory at %s can't be exported through CUDA IPC (%s): region %s is staged "
+                    "through host memory (%llu regions so far)",
+              name_.c_str(), text::hex(a).c_str(), why.c_str(), text::hex(key).c_str(),
+              static_cast<unsigned long long>(f));
+    return nullptr;
+  }
+  // Entries of deregistered regions go once they outnumber the live ones.
+  if (exports_.size() > 2 * reg.by_key.size() + 64) {
+    for (auto it = exports_.begin(); it != exports_.end();)
+      it = it->first != key && !reg.by_key.count(it->first) ? exports_.erase(it) : std::next(it);
+    for (auto it = unexportable_.begin(); it != unexportable_.end();)
+      it = !reg.by_key.count(it->first) ? unexportable_.erase(it) : std::next(it);
+  }
+  std::vector<IpcMemory::Alloc>& w = exports_[key];
+  w.push_back(x);
+  return &w.back();
+}
+
+void IpcPath::prepare(Registry& reg, uint32_t key, const void* base, uint64_t len) {
+  std::lock_guard lk(reg.mu);
+  auto it = reg.by_key.find(key);
+  if (it == reg.by_key.end() || !mem_->exports(it->second.kind)) return;
+  exported(reg, key, base, std::min<uint64_t>(len, 1));
+}
+
 bool IpcPath::reference(Registry& reg, uint32_t peer, const void* p, uint64_t n, wire::IpcRef* ref) {
   if (peer < same_process_.size() && same_process_[peer]) return false;
   if (!mem_->exports(MemoryKind::Host) && reg.gpu.load(std::memory_order_relaxed) == 0) return false;
@@ -151,37 +189,8 @@ bool IpcPath::reference(Registry& reg, uint32_t peer, const void* p, uint64_t n,
       break;
     }
   }
-  if (key == 0 || unexportable_.count(key)) return false;
-  std::vector<IpcMemory::Alloc>& v = exports_[key];
-  const IpcMemory::Alloc* hit = nullptr;
-  for (const auto& x : v)
-    if (covers(x, a, n)) hit = &x;
-  if (!hit) {
-    IpcMemory::Alloc x;
-    std::string why;
-    if (!mem_->export_alloc(p, &x, &why) || !covers(x, a, n)) {
-      // Staged from now on for this region: the export would fail again.
-      if (why.empty())
-        why = "[" + text::hex(a) + ", +" + std::to_string(n) + ") spans more than one allocation";
-      unexportable_.emplace(key, true);
-      const uint64_t f = n_.fallbacks.fetch_add(1, std::memory_order_relaxed) + 1;
-      KINET_LOG(Warn, "transport %s: GPU memory at %s can't be exported through CUDA IPC (%s): region %s is staged "
-                      "through host memory (%llu regions so far)",
-                name_.c_str(), text::hex(a).c_str(), why.c_str(), text::hex(key).c_str(),
-                static_cast<unsigned long long>(f));
-      return false;
-    }
-    // Entries of deregistered regions go once they outnumber the live ones.
-    if (exports_.size() > 2 * reg.by_key.size() + 64) {
-      for (auto it = exports_.begin(); it != exports_.end();)
-        it = it->first != key && !reg.by_key.count(it->first) ? exports_.erase(it) : std::next(it);
-      for (auto it = unexportable_.begin(); it != unexportable_.end();)
-        it = !reg.by_key.count(it->first) ? unexportable_.erase(it) : std::next(it);
-    }
-    std::vector<IpcMemory::Alloc>& w = exports_[key];
-    w.push_back(x);
-    hit = &w.back();
-  }
+  const IpcMemory::Alloc* hit = key ? exported(reg, key, p, n) : nullptr;
+  if (!hit) return false;
   std::memcpy(ref->handle, hit->handle, sizeof ref->handle);
   ref->offset = a - hit->base;
   n_.refs.fetch_add(1, std::memory_order_relaxed);

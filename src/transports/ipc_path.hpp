@@ -83,8 +83,8 @@ struct IpcStats {
   uint64_t opens = 0, closes = 0;             // target: mappings
 };
 
-// The path of one MsgTransport. Used from the engine's poll thread only
-// (post, poll); it takes Registry::mu to look regions up.
+// The path of one MsgTransport. Used from the engine's poll thread (post,
+// poll), except prepare(); the export cache is under Registry::mu.
 class IpcPath {
  public:
   static constexpr size_t kMaxMappings = 256;  // per peer
@@ -99,6 +99,10 @@ class IpcPath {
   void add_peer(uint32_t peer, const std::vector<uint8_t>& channel_address);
   // Requester: whether [p, p + n) (n > 0) goes to `peer` by reference; fills *ref.
   bool reference(Registry& reg, uint32_t peer, const void* p, uint64_t n, wire::IpcRef* ref);
+  // A region was registered (key in reg): exports the allocation at its base
+  // now, from the registering thread (which has a CUDA context), so the first
+  // operation makes no driver call. Any thread; takes Registry::mu.
+  void prepare(Registry& reg, uint32_t key, const void* base, uint64_t len);
   // Target: moves r.length bytes between the requester's memory that r.ipc
   // names and `local` (already checked against the target's region, kind
   // local_kind): pulls for Put / PutSignal, pushes for Get. The caller holds
@@ -118,12 +122,15 @@ class IpcPath {
     uint64_t used = 0;  // tick of the last use
   };
   void close_all(std::unordered_map<std::string, Mapping>& m);
+  // The exported allocation holding [p, p + n) of region `key` (cached), or
+  // null when it can't be (the region is then staged). Registry::mu held.
+  const IpcMemory::Alloc* exported(Registry& reg, uint32_t key, const void* p, uint64_t n);
 
   std::shared_ptr<IpcMemory> mem_;
   std::string name_;
   std::vector<uint8_t> same_process_;                                              // [peer]
-  std::unordered_map<uint32_t, std::vector<IpcMemory::Alloc>> exports_;            // region key -> exported
-  std::unordered_map<uint32_t, bool> unexportable_;                                // region key -> export failed
+  std::unordered_map<uint32_t, std::vector<IpcMemory::Alloc>> exports_;  // region key -> exported (Registry::mu)
+  std::unordered_map<uint32_t, bool> unexportable_;                      // region key -> export failed (Registry::mu)
   std::unordered_map<uint32_t, std::unordered_map<std::string, Mapping>> maps_;   // peer -> handle -> mapping
   uint64_t tick_ = 0;
   struct Counters {

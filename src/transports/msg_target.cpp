@@ -91,6 +91,7 @@ std::unique_ptr<TransportRegion> MsgTransport::register_memory(void* addr, size_
     reg_->by_key.emplace(key, e);
     if (kind == MemoryKind::Gpu) reg_->gpu.fetch_add(1);
   }
+  if (ipc_) ipc_->prepare(*reg_, key, addr, bytes);  // cuda_ipc: export now, not on the data path
   return std::make_unique<MsgRegion>(reg_, e, key, node_);
 }
 
