@@ -10,10 +10,13 @@
 //     nothing; mappings cached per peer, capped, closed when the peer goes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "transport_rig.hpp"
 #include "transports/ipc_path.hpp"
@@ -63,9 +66,11 @@ struct FakeIpc final : IpcMemory {
     uint8_t* p;
     uint64_t size;
   };
+  std::mutex mu;  // registrations export from other threads
   std::map<std::string, A> allocs;
   int opens = 0, closes = 0, exported = 0;
   std::string add(uint8_t* p, uint64_t n) {
+    std::lock_guard lk(mu);
     std::string h(wire::kIpcHandleBytes, '\0');
     std::snprintf(h.data(), h.size(), "fake %zu", allocs.size());
     allocs[h] = {p, n};
@@ -73,6 +78,7 @@ struct FakeIpc final : IpcMemory {
   }
   bool exports(MemoryKind) const override { return true; }  // host buffers stand in for GPU memory
   bool export_alloc(const void* p, Alloc* out, std::string* why) override {
+    std::lock_guard lk(mu);
     ++exported;
     for (auto& [h, a] : allocs)
       if (p >= a.p && p < a.p + a.size) {
@@ -84,6 +90,7 @@ struct FakeIpc final : IpcMemory {
     return false;
   }
   void* open(const uint8_t h[wire::kIpcHandleBytes], uint64_t* size, std::string* why) override {
+    std::lock_guard lk(mu);
     auto it = allocs.find(std::string(reinterpret_cast<const char*>(h), wire::kIpcHandleBytes));
     if (it == allocs.end()) {
       *why = "no such fake allocation";
@@ -93,7 +100,10 @@ struct FakeIpc final : IpcMemory {
     *size = it->second.size;
     return it->second.p;
   }
-  void close(void*) override { ++closes; }
+  void close(void*) override {
+    std::lock_guard lk(mu);
+    ++closes;
+  }
   MemoryKind mapped_kind() const override { return MemoryKind::Host; }
   emu::CopyResult copy(void* d, MemoryKind dk, const void* s, MemoryKind sk, uint64_t n) override {
     return emu::safe_copy(d, dk, s, sk, n);
@@ -303,6 +313,46 @@ TEST(CudaIpcPath, MoreOperationsThanDepthThenASignal) {
   EXPECT_EQ(0, std::memcmp(theirs.mem(), pm.data(), kOps * kChunk));
   EXPECT_EQ(P.a->ipc_path()->stats().refs, uint64_t{kOps});
   EXPECT_EQ(P.b->ipc_path()->stats().pulls, uint64_t{kOps});
+}
+
+// Regions registered (and exported) and deregistered on another thread while
+// puts go by reference: the export cache is shared under the registry's lock.
+TEST(CudaIpcPath, RegistrationDuringTrafficByReference) {
+  IpcPair P;
+  constexpr int kOps = 300;
+  Guarded mine(kOps * 64), theirs(kOps * 64);
+  const std::vector<uint8_t> pm = pattern(mine.n, 7);
+  std::memcpy(mine.mem(), pm.data(), pm.size());
+  P.fake->add(mine.mem(), mine.n);
+  auto rm = P.a->register_memory(mine.mem(), mine.n, kAccessAll);
+  auto rt = P.b->register_memory(theirs.mem(), theirs.n, kAccessAll);
+  const uint32_t k = P.a->import_key(P.ab, rt->remote_key());
+  std::atomic<bool> stop{false};
+  std::atomic<int> churned{0};
+  std::thread churn([&] {
+    std::deque<Guarded> bufs;
+    while (!stop.load()) {
+      bufs.emplace_back(256);
+      P.fake->add(bufs.back().mem(), 256);
+      auto r = P.a->register_memory(bufs.back().mem(), 256, kAccessAll);
+      r.reset();
+      if (bufs.size() > 64) bufs.pop_front();  // the fake's table keeps stale entries: never used again
+      ++churned;
+    }
+  });
+  // At least kOps puts, and on until the other thread registered 50 regions (bounded).
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  uint64_t ops = 0;
+  for (; ops < kOps || (churned.load() < 50 && std::chrono::steady_clock::now() < deadline); ++ops) {
+    const size_t i = ops % kOps;
+    ASSERT_EQ(P.a->put(P.ab, mine.mem() + i * 64, 64, k, theirs.base() + i * 64, ops), Status::Ok);
+    ASSERT_EQ(P.one().status, Status::Ok);
+  }
+  stop = true;
+  churn.join();
+  EXPECT_GE(churned.load(), 50);
+  EXPECT_EQ(0, std::memcmp(theirs.mem(), pm.data(), theirs.n));
+  EXPECT_EQ(P.a->ipc_path()->stats().refs, ops);
 }
 
 // ---- the target against crafted references ----------------------------------
