@@ -56,7 +56,8 @@ const Api& api() {
       a.why = "libcudart lacks a CUDA IPC symbol";
       return;
     }
-    if (void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) sym(drv, "cuMemGetAddressRange_v2", a.memGetAddressRange);
+    if (void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))
+      sym(drv, "cuMemGetAddressRange_v2", a.memGetAddressRange);
     int n = 0;
     if (a.getDeviceCount(&n) != 0 || n <= 0) {
       a.getLastError();

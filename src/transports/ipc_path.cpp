@@ -110,7 +110,10 @@ std::unique_ptr<Channel> make_cuda_ipc_channel(const TransportOptions& opt, uint
   return std::make_unique<CudaIpcChannel>(make_shm_channel(opt, node));
 }
 
-IpcPath::IpcPath(std::shared_ptr<IpcMemory> mem, std::string name) : mem_(std::move(mem)), name_(std::move(name)) {}
+IpcPath::IpcPath(std::shared_ptr<IpcMemory> mem, std::string name)
+    : mem_(std::move(mem)), name_(std::move(name)), same_process_(new std::atomic<bool>[kMaxPeers]) {
+  for (size_t i = 0; i < kMaxPeers; ++i) same_process_[i].store(false, std::memory_order_relaxed);
+}
 
 IpcPath::~IpcPath() {
   for (auto& [peer, m] : maps_) close_all(m);
@@ -125,15 +128,16 @@ void IpcPath::close_all(std::unordered_map<std::string, Mapping>& m) {
 }
 
 void IpcPath::add_peer(uint32_t peer, const std::vector<uint8_t>& a) {
-  if (same_process_.size() <= peer) same_process_.resize(peer + 1, 0);
+  if (peer >= kMaxPeers) return;
   uint32_t magic = 0;
   uint64_t token = 0;
   if (a.size() >= kIpcAddrPrefix) {
     std::memcpy(&magic, a.data(), 4);
     std::memcpy(&token, a.data() + 4, 8);
   }
-  same_process_[peer] = magic == kIpcAddrMagic && token == process_token();
-  if (same_process_[peer])
+  const bool same = magic == kIpcAddrMagic && token == process_token();
+  same_process_[peer].store(same, std::memory_order_relaxed);
+  if (same)
     KINET_LOG(Info, "transport %s: peer %u is in this process: its GPU data is staged through host memory (CUDA "
                     "can't open an IPC handle in the process that exported it)",
               name_.c_str(), peer);
@@ -177,7 +181,7 @@ void IpcPath::prepare(Registry& reg, uint32_t key, const void* base, uint64_t le
 }
 
 bool IpcPath::reference(Registry& reg, uint32_t peer, const void* p, uint64_t n, wire::IpcRef* ref) {
-  if (peer < same_process_.size() && same_process_[peer]) return false;
+  if (peer >= kMaxPeers || same_process_[peer].load(std::memory_order_relaxed)) return false;
   if (!mem_->exports(MemoryKind::Host) && reg.gpu.load(std::memory_order_relaxed) == 0) return false;
   const auto a = reinterpret_cast<uint64_t>(p);
   std::lock_guard lk(reg.mu);

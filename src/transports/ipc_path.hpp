@@ -27,6 +27,9 @@
 //   the copy failed or timed out                    -> RemoteOperation "fault"
 //                                                      (RemoteAccess when host memory faulted)
 // (A malformed reference is RemoteInvalidRequest "malformed", by the decoder.)
+// Limit: a mapping stays open until it is evicted or the peer is lost, so an
+// allocation a peer freed after sending it by reference stays mapped here
+// (and, as CUDA IPC goes, allocated) until then.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -88,6 +91,7 @@ struct IpcStats {
 class IpcPath {
  public:
   static constexpr size_t kMaxMappings = 256;  // per peer
+  static constexpr size_t kMaxPeers = 65536;   // the engine's limit
 
   IpcPath(std::shared_ptr<IpcMemory> mem, std::string name);
   ~IpcPath();  // closes every mapping
@@ -128,7 +132,9 @@ class IpcPath {
 
   std::shared_ptr<IpcMemory> mem_;
   std::string name_;
-  std::vector<uint8_t> same_process_;                                              // [peer]
+  // [peer], written by connect() (which may run while poll() does) before the
+  // engine publishes the peer: fixed storage, never resized.
+  std::unique_ptr<std::atomic<bool>[]> same_process_;
   std::unordered_map<uint32_t, std::vector<IpcMemory::Alloc>> exports_;  // region key -> exported (Registry::mu)
   std::unordered_map<uint32_t, bool> unexportable_;                      // region key -> export failed (Registry::mu)
   std::unordered_map<uint32_t, std::unordered_map<std::string, Mapping>> maps_;   // peer -> handle -> mapping

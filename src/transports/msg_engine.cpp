@@ -77,6 +77,7 @@ MsgTransport::MsgTransport(std::unique_ptr<Channel> ch, uint64_t node, MsgOption
   ops_.resize(opt_.depth);
   free_.reserve(opt_.depth);
   for (size_t i = opt_.depth; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
+  static_assert(IpcPath::kMaxPeers >= kChunk * kMaxChunks);
   if (opt_.ipc) ipc_ = std::make_unique<IpcPath>(opt_.ipc, opt_.name);
 }
 

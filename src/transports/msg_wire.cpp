@@ -140,7 +140,8 @@ std::string decode(const uint8_t* m, size_t n, const uint8_t* b, size_t bn, Requ
     return std::string(tn) + ": length " + num(r.length) + ", not 8";
   const size_t body = bn ? bn : n - kRequestBytes;
   if (r.flags & kFlagIpc) {
-    if (!has_payload(r.type) && r.type != MsgType::Get) return std::string(tn) + ": an ipc reference on an operation without data";
+    if (!has_payload(r.type) && r.type != MsgType::Get)
+      return std::string(tn) + ": an ipc reference on an operation without data";
     if (body != kIpcRefBytes)
       return std::string(tn) + ": ipc reference of " + num(body) + " bytes, not " + num(kIpcRefBytes);
     if (r.length == 0 || r.length > kMaxIpcBytes)

@@ -214,7 +214,8 @@ int phase1_target_check(Transport& t, const uint8_t* tg, const uint8_t* h) {
     while (got[T_BIG + i] == src[i]) ++i;
     return fail(who, "64 MiB put: first wrong byte at offset " + std::to_string(i));
   }
-  if (std::memcmp(got.data() + T_MANY, src.data(), kMany * kManyChunk) != 0) return fail(who, "the many puts' data wrong");
+  if (std::memcmp(got.data() + T_MANY, src.data(), kMany * kManyChunk) != 0)
+    return fail(who, "the many puts' data wrong");
   if (std::memcmp(got.data() + T_PS, src.data() + 100, kPsLen) != 0) return fail(who, "put_signal data wrong");
   if (std::memcmp(got.data() + T_HOSTPUT, pattern(kHostPutLen, 3).data(), kHostPutLen) != 0)
     return fail(who, "put from pageable host memory wrong");
@@ -367,7 +368,8 @@ int child(const std::string& role, const std::string& provider, const std::strin
       std::memcpy(&w, got.data() + 8192, 8);
       std::memcpy(&sig, got.data() + 8200, 8);
       if (std::memcmp(got.data(), src.data(), 3000) != 0) rc = fail(who, "kernel's put data wrong");
-      else if (std::memcmp(got.data() + 3000, src.data() + 100, 500) != 0) rc = fail(who, "kernel's put_signal data wrong");
+      else if (std::memcmp(got.data() + 3000, src.data() + 100, 500) != 0)
+        rc = fail(who, "kernel's put_signal data wrong");
       else if (std::memcmp(got.data() + 3500, src.data(), 8 * kinet::test::kPosterMaxMany) != 0)
         rc = fail(who, "kernel's small puts wrong");
       else if (w != 77 || sig != 1)
