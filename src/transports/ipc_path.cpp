@@ -150,15 +150,24 @@ const IpcMemory::Alloc* IpcPath::exported(Registry& reg, uint32_t key, const voi
     if (covers(x, a, n)) return &x;
   IpcMemory::Alloc x;
   std::string why;
-  if (!mem_->export_alloc(p, &x, &why) || !covers(x, a, n)) {
+  if (!mem_->export_alloc(p, &x, &why)) {
     // Staged from now on for this region: the export would fail again.
-    if (why.empty()) why = "[" + text::hex(a) + ", +" + std::to_string(n) + ") spans more than one allocation";
     unexportable_.emplace(key, true);
     const uint64_t f = n_.fallbacks.fetch_add(1, std::memory_order_relaxed) + 1;
     KINET_LOG(Warn, "transport %s: GPU memory at %s can't be exported through CUDA IPC (%s): region %s is staged "
-                    "through host memory (%llu regions so far)",
+                    "through host memory (%llu fallbacks so far)",
               name_.c_str(), text::hex(a).c_str(), why.c_str(), text::hex(key).c_str(),
               static_cast<unsigned long long>(f));
+    return nullptr;
+  }
+  if (!covers(x, a, n)) {
+    // This operation only: its range runs past the allocation holding its start.
+    const uint64_t f = n_.fallbacks.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (f == 1 || f == 1000 || f == 1000000)
+      KINET_LOG(Warn, "transport %s: [%s, +%llu) spans more than one GPU allocation: staged through host memory "
+                      "(%llu fallbacks so far)",
+                name_.c_str(), text::hex(a).c_str(), static_cast<unsigned long long>(n),
+                static_cast<unsigned long long>(f));
     return nullptr;
   }
   // Entries of deregistered regions go once they outnumber the live ones.

@@ -82,7 +82,7 @@ std::unique_ptr<Channel> make_cuda_ipc_channel(const TransportOptions& opt, uint
 struct IpcStats {
   uint64_t pulls = 0, pushes = 0, bytes = 0;  // target: copies done by reference
   uint64_t refs = 0;                          // requester: requests sent by reference
-  uint64_t fallbacks = 0;                     // requester: GPU data staged because it could not be exported
+  uint64_t fallbacks = 0;  // requester: regions that could not be exported, and operations across two allocations
   uint64_t opens = 0, closes = 0;             // target: mappings
 };
 

@@ -272,12 +272,20 @@ TEST(CudaIpcPath, MemoryThatDoesNotExportIsStaged) {
   EXPECT_EQ(P.fake->exported, 2) << "tried when registered (both regions), not again";
   // A source spanning two allocations is staged too.
   Guarded two(8192);
+  std::memcpy(two.mem(), pattern(8192, 5).data(), 8192);
   P.fake->add(two.mem(), 4096);
   P.fake->add(two.mem() + 4096, 4096);
   auto r2 = P.a->register_memory(two.mem(), two.n, kAccessAll);
   ASSERT_EQ(P.a->put(P.ab, two.mem() + 4000, 200, k, theirs.base(), 2), Status::Ok);
   EXPECT_EQ(P.one().status, Status::Ok);
+  EXPECT_EQ(0, std::memcmp(theirs.mem(), two.mem() + 4000, 200));
   EXPECT_EQ(P.a->ipc_path()->stats().fallbacks, 2u);
+  EXPECT_EQ(P.a->ipc_path()->stats().refs, 0u);
+  // ... but only that operation: one inside either allocation goes by reference.
+  ASSERT_EQ(P.a->put(P.ab, two.mem() + 4096, 200, k, theirs.base(), 3), Status::Ok);
+  EXPECT_EQ(P.one().status, Status::Ok);
+  EXPECT_EQ(0, std::memcmp(theirs.mem(), two.mem() + 4096, 200));
+  EXPECT_EQ(P.a->ipc_path()->stats().refs, 1u);
 }
 
 TEST(CudaIpcPath, MoreOperationsThanDepthThenASignal) {
