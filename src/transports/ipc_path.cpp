@@ -37,14 +37,17 @@ class CudaIpcMemory final : public IpcMemory {
   void* open(const uint8_t handle[wire::kIpcHandleBytes], uint64_t* size, std::string* why) override {
     void* b = cuda_ipc::open_handle(handle, why);
     if (!b) return nullptr;
+    // The real size, from the driver (the range from the mapping to the
+    // allocation's end, should the mapping not start at its base).
     uint64_t base = 0, n = 0;
-    if (!cuda_ipc::allocation(b, &base, &n, why) || base != reinterpret_cast<uint64_t>(b)) {
-      if (why->empty()) *why = "the mapped allocation does not start at the mapping";
+    const auto at = reinterpret_cast<uint64_t>(b);
+    if (!cuda_ipc::allocation(b, &base, &n, why) || at < base || at - base >= n) {
+      if (why->empty()) *why = "the mapping lies outside the allocation the driver reports";
       std::string ignored;
       cuda_ipc::close_handle(b, &ignored);
       return nullptr;
     }
-    *size = n;
+    *size = n - (at - base);
     return b;
   }
   void close(void* base) override {
