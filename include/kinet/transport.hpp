@@ -20,6 +20,26 @@
 // what was registered: its operation completes at the requester with
 // RemoteAccess or RemoteInvalidRequest and touches nothing.
 //
+// Provider "cuda_ipc" (peers on one host): the messages travel as with "shm",
+// but a put / put_signal whose source (a get whose destination) lies in a
+// region of kind Gpu registered on it carries a CUDA IPC handle instead of
+// the bytes, and the target copies GPU -> GPU itself (no host staging, one
+// message of any length up to kMaxOpBytes). Trust model: a CUDA IPC handle
+// exposes the WHOLE allocation holding the buffer, not just the buffer, to the
+// peer that opens it, so use cuda_ipc between trusted processes only (as CUDA
+// IPC always is). The target still checks every operation on its own memory
+// as above, and checks the requester's range against the real size of the
+// allocation it mapped: a buggy peer's out-of-bounds operation is rejected
+// (RemoteAccess) and touches nothing. A reference the target can't use is
+// answered RemoteAccess (the handle does not open there, or the range lies
+// outside the allocation) or RemoteInvalidRequest (malformed, or a target
+// that is not cuda_ipc); a failed copy is RemoteOperation. One more
+// consequence: the target writes a get's data straight into the requester's
+// GPU memory, so after a get failed with TransportRetryExceeded a slow but
+// alive target may still write its destination; keep that memory until the
+// peer is gone. Both sides must open cuda_ipc (connect() of another
+// provider's address is InvalidArgument).
+//
 // Environment: KINET_TRANSPORT (provider when Options::provider is empty;
 // "auto" picks ucx, then ofi, then tcp), KINET_TRANSPORT_TIMEOUT_MS (peer
 // timeout when Options::timeout is 0).
@@ -39,8 +59,10 @@ namespace kinet {
 enum class SignalOp : uint8_t { Add = 1, Set = 2 };
 
 struct TransportOptions {
-  // "ucx", "ofi" (libfabric), "tcp" and "shm" (kinet's links), "loop" (this
-  // process only; tests), "auto". Empty: KINET_TRANSPORT, default "auto".
+  // "ucx", "ofi" (libfabric), "tcp" and "shm" (kinet's links), "cuda_ipc"
+  // (shm plus CUDA IPC for GPU memory; NotSupported, with the reason, without
+  // CUDA or a GPU), "loop" (this process only; tests), "auto" (never picks
+  // cuda_ipc). Empty: KINET_TRANSPORT, default "auto".
   std::string provider;
   std::string name;                        // this side's name in messages ("rank 3")
   std::chrono::milliseconds timeout{0};    // 0: KINET_TRANSPORT_TIMEOUT_MS

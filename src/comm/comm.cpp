@@ -14,7 +14,7 @@
 
 #include "comm/counters.hpp"
 #include "comm/gdaki.hpp"
-#include "comm/ipc.hpp"
+#include "core/cuda_ipc.hpp"
 #include "core/cuda_shim.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
@@ -64,12 +64,12 @@ struct WindowBlob {
   uint64_t addr = 0, bytes = 0;
   uint32_t gpu = 0, has_ipc = 0;
   uint32_t qp_rkey = 0, pad = 0;  // gdaki: the part's MR rkey (host order)
-  comm_ipc::Exported ipc{};
+  cuda_ipc::Exported ipc{};
   std::vector<uint8_t> key;  // RemoteKey::serialize()
 };
 
 std::vector<uint8_t> pack(const WindowBlob& b) {
-  std::vector<uint8_t> v(sizeof(uint64_t) * 2 + 16 + sizeof(comm_ipc::Exported) + b.key.size());
+  std::vector<uint8_t> v(sizeof(uint64_t) * 2 + 16 + sizeof(cuda_ipc::Exported) + b.key.size());
   uint8_t* p = v.data();
   std::memcpy(p, &b.addr, 8), p += 8;
   std::memcpy(p, &b.bytes, 8), p += 8;
@@ -82,7 +82,7 @@ std::vector<uint8_t> pack(const WindowBlob& b) {
 }
 
 WindowBlob unpack(const std::vector<uint8_t>& v, int rank) {
-  constexpr size_t fixed = 32 + sizeof(comm_ipc::Exported);
+  constexpr size_t fixed = 32 + sizeof(cuda_ipc::Exported);
   if (v.size() < fixed)
     throw Error(ErrorCode::InvalidArgument, "comm: window blob of rank " + std::to_string(rank) + " is " +
                                                 std::to_string(v.size()) + " bytes, less than " + std::to_string(fixed));
@@ -119,11 +119,11 @@ struct CommWindow::Impl {
   uint64_t* counters = nullptr;                    // WindowHandle::counters
   bool counters_on_gpu = false;
   ~Impl() {
-    for (auto& [p, off] : mapped) comm_ipc::close(p, off);
+    for (auto& [p, off] : mapped) cuda_ipc::close(p, off);
     region.reset();
     mr.reset();  // the Comm destroyed its QPs first: nothing moves through the MR any more
     if (owned) {
-      if (gpu) comm_ipc::free(local);
+      if (gpu) cuda_ipc::free(local);
       else cuda::free_pinned(local);
     }
     cuda::free_pinned(peers);
@@ -216,7 +216,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
     throw Error(ErrorCode::InvalidArgument, who + ": slots " + std::to_string(cfg.slots) +
                                                 " is not a power of two in 2..2^20");
   std::string no_gpu;
-  const bool have_gpu = comm_ipc::available(&no_gpu) && cuda::available();
+  const bool have_gpu = cuda_ipc::available(&no_gpu) && cuda::available();
   if (cfg.memory == CommConfig::Memory::Gpu && !have_gpu)
     throw Error(ErrorCode::NotSupported, who + ": GPU memory asked for, but " + no_gpu);
   m.gpu = cfg.memory == CommConfig::Memory::Gpu || (cfg.memory == CommConfig::Memory::Auto && have_gpu);
@@ -403,7 +403,7 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned, uint32_t count
   CommWindow::Impl& wi = *w->impl_;
   wi.owned = owned;
   wi.gpu = owned ? m.gpu : cuda::pointer_kind(ptr) == MemoryKind::Gpu;
-  wi.local = owned ? (wi.gpu ? comm_ipc::alloc(bytes) : cuda::alloc_pinned(bytes)) : ptr;
+  wi.local = owned ? (wi.gpu ? cuda_ipc::alloc(bytes) : cuda::alloc_pinned(bytes)) : ptr;
   wi.peers = alloc_array<dev::CommWindowPeer>(m.size);
   w->gpu_ = wi.gpu;
   w->h_.id = static_cast<uint32_t>(m.windows.size());
@@ -434,7 +434,7 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned, uint32_t count
   std::string no_export;
   bool any_p2p = false;
   for (uint32_t p : m.path) any_p2p |= p == uint32_t(CommPath::P2p);
-  if (wi.gpu && any_p2p) mine.has_ipc = comm_ipc::export_memory(wi.local, &mine.ipc, &no_export);
+  if (wi.gpu && any_p2p) mine.has_ipc = cuda_ipc::export_memory(wi.local, &mine.ipc, &no_export);
   const auto packed = pack(mine);
   const auto all = m.bs->allgather(packed.data(), packed.size());
   for (int r = 0; r < m.size; ++r) wi.blobs.push_back(unpack(all[r], r));
@@ -459,7 +459,7 @@ CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned, uint32_t count
     if (!wi.blobs[r].gpu) why = "rank " + std::to_string(r) + "'s part is host memory";
     else if (!wi.blobs[r].has_ipc) why = "rank " + std::to_string(r) + " could not export its part";
     else if (!mine.has_ipc && !no_export.empty()) why = "this rank could not export its part: " + no_export;
-    else mapped = comm_ipc::open(wi.blobs[r].ipc, &why);
+    else mapped = cuda_ipc::open(wi.blobs[r].ipc, &why);
     if (mapped) {
       p.mapped = static_cast<uint8_t*>(mapped);
       wi.mapped.emplace_back(mapped, wi.blobs[r].ipc.offset);
@@ -529,7 +529,7 @@ std::string Comm::report() const {
   for (int r = 0; r < m.size; ++r) {
     s += "rank " + std::to_string(m.rank) + " -> rank " + std::to_string(r) + ": " + dev::comm_path_name(m.path[r]);
     if (m.path[r] == uint32_t(CommPath::Proxy)) s += std::string(" over ") + m.transport->describe();
-    if (m.path[r] == uint32_t(CommPath::P2p)) s += " (" + comm_ipc::device_name() + ")";
+    if (m.path[r] == uint32_t(CommPath::P2p)) s += " (" + cuda_ipc::device_name() + ")";
     if (const QueuePair* q = m.gd.qp(r))
       s += " over " + m.gd.device->name() + " QP " + std::to_string(q->qpn()) + " (" + qp_state_name(q->state()) + ")";
     s += ": " + m.reason[r] + "\n";

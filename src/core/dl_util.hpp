@@ -1,5 +1,5 @@
 // kinet — dlopen helpers shared by the parts that load the CUDA runtime at
-// run time (core/cuda_shim.cpp, comm/ipc.cpp), so no CUDA library is a link
+// run time (core/cuda_shim.cpp, core/cuda_ipc.cpp), so no CUDA library is a link
 // dependency.
 #pragma once
 #include <dlfcn.h>

@@ -56,8 +56,8 @@ constexpr Variable kVariables[] = {
      "KINET_TIMEOUT_MS",
      "emu provider", false},
     {"KINET_TRANSPORT", "auto",
-     "provider of Transport::open() when TransportOptions::provider is empty: ucx, ofi, tcp, shm, loop, or auto "
-     "(the first of ucx, ofi, tcp that is built in and starts here)",
+     "provider of Transport::open() when TransportOptions::provider is empty: ucx, ofi, tcp, shm, cuda_ipc, loop, "
+     "or auto (the first of ucx, ofi, tcp that is built in and starts here)",
      "transports", false},
     {"KINET_TRANSPORT_TIMEOUT_MS", "10000",
      "transports: bound in ms of each operation's answer when TransportOptions::timeout is 0; past it the peer "

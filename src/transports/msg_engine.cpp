@@ -11,6 +11,7 @@
 
 #include "core/log.hpp"
 #include "providers/emu/safe_copy.hpp"
+#include "transports/ipc_path.hpp"
 #include "transports/msg_registry.hpp"
 
 namespace kinet::transport {
@@ -76,6 +77,8 @@ MsgTransport::MsgTransport(std::unique_ptr<Channel> ch, uint64_t node, MsgOption
   ops_.resize(opt_.depth);
   free_.reserve(opt_.depth);
   for (size_t i = opt_.depth; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
+  static_assert(IpcPath::kMaxPeers >= kChunk * kMaxChunks);
+  if (opt_.ipc) ipc_ = std::make_unique<IpcPath>(opt_.ipc, opt_.name);
 }
 
 MsgTransport::~MsgTransport() {
@@ -109,6 +112,7 @@ PeerId MsgTransport::connect(const std::vector<uint8_t>& address, const std::str
   p.id = n;
   p.name = name;
   p.node = node;
+  if (ipc_) ipc_->add_peer(n, cha);
   npeers_.store(n + 1, std::memory_order_release);
   return n;
 }
@@ -239,8 +243,12 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
     npieces = 1;
     if (bytes > piece_) return Status::InvalidArgument;
   }
+  // cuda_ipc: GPU data goes by reference, in one piece (ipc_path.hpp).
+  wire::IpcRef ref;
+  const bool by_ipc = ipc_ && data && bytes && ipc_->reference(*reg_, peer, src ? src : dst, bytes, &ref);
+  if (by_ipc) npieces = 1;
   std::vector<uint8_t> staged;
-  if (src && bytes && local_gpu(src, bytes)) {
+  if (!by_ipc && src && bytes && local_gpu(src, bytes)) {
     staged.resize(bytes);
     if (emu::CopyResult r = emu::safe_copy(staged.data(), MemoryKind::Host, src, MemoryKind::Gpu, bytes)) {
       // Nothing was sent. Logged on the first failure and then at 1000, 10^6.
@@ -271,6 +279,7 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
   op.status = Status::Ok;
   op.piece_bytes = piece_;
   op.bytes = bytes;
+  op.ipc = by_ipc;
   op.last.reset();
   if (p.lost) {
     op.status = Status::WrFlushed;
@@ -280,7 +289,7 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
   const uint8_t* s = staged.empty() ? static_cast<const uint8_t*>(src) : staged.data();
   for (uint64_t i = 0; i < npieces; ++i) {
     const uint64_t off = i * piece_;
-    const uint64_t len = data ? std::min<uint64_t>(piece_, bytes - off) : 8;
+    const uint64_t len = by_ipc ? bytes : data ? std::min<uint64_t>(piece_, bytes - off) : 8;
     auto o = new_out();
     wire::Request r;
     const bool last = i + 1 == npieces;
@@ -295,7 +304,13 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
     if (r.type == MsgType::PutSignal || r.type == MsgType::Signal) r.sig_op = sig_op;
     if (r.type == MsgType::PutSignal) r.sig_key = sk.rkey, r.sig_raddr = sig_raddr;
     if (r.type == MsgType::Put && t == MsgType::PutSignal) r.operand = 0;
-    if (r.type == MsgType::Put || r.type == MsgType::PutSignal) {
+    if (by_ipc) {
+      r.flags = wire::kFlagIpc;
+      o->owned.resize(wire::kIpcRefBytes);
+      wire::encode(ref, o->owned.data());
+      o->payload = o->owned.data();
+      o->len = wire::kIpcRefBytes;
+    } else if (r.type == MsgType::Put || r.type == MsgType::PutSignal) {
       if (!staged.empty()) {
         o->owned.assign(s + off, s + off + len);
         o->payload = o->owned.data();
@@ -440,6 +455,7 @@ void MsgTransport::fail_peer(Peer& p, Status st, const std::string& why) {
   p.held.clear();
   p.unacked.clear();
   p.ack_owed = false;
+  if (ipc_) ipc_->forget_peer(p.id);
 }
 
 void MsgTransport::finish_piece(uint32_t place, uint32_t piece, Status st) {
@@ -607,7 +623,9 @@ void MsgTransport::handle_answer(Peer& p, const uint8_t* head, size_t hlen, cons
   Op& op = ops_[place];
   Status st = a.status;
   if (st == Status::Ok) {
-    if (op.type == MsgType::Get) {
+    if (op.type == MsgType::Get && op.ipc) {
+      if (a.length != 0) st = Status::BadResponse;  // the target wrote the data already
+    } else if (op.type == MsgType::Get) {
       const uint64_t off = uint64_t{piece} * op.piece_bytes;
       // The piece's length is what was asked: a different answer is a bad response.
       if (a.length != std::min(op.piece_bytes, op.bytes - off))

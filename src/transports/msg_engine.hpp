@@ -25,6 +25,8 @@
 //   compare_swap / signals kRemoteAtomic          -> RemoteAccess
 //   atomics and signal words 8-byte aligned      -> RemoteInvalidRequest
 // A fault while copying is RemoteAccess (RemoteOperation for GPU memory).
+// Provider cuda_ipc (MsgOptions::ipc): GPU data travels by IPC reference and
+// the target copies it through CUDA IPC, with the checks of ipc_path.hpp.
 // Answers are applied only when they name an operation in flight to the
 // peer they came from; anything else is dropped and logged.
 // Acknowledgements (ordered() channels): a put, signal or put_signal that
@@ -53,12 +55,16 @@
 
 namespace kinet::transport {
 
+class IpcMemory;  // ipc_path.hpp
+class IpcPath;
+
 struct MsgOptions {
   std::string name;                              // this side's name in messages
   std::chrono::milliseconds timeout{10000};      // per operation (> 0)
   size_t depth = 1024;                           // operations posted and not yet returned by poll()
   size_t max_held = 4096;                        // !ordered(): messages held per peer for reordering
   size_t max_backlog = 65536;                    // answers queued to one peer before it counts as lost
+  std::shared_ptr<IpcMemory> ipc;                // non-null: provider cuda_ipc's data path (ipc_path.hpp)
 };
 
 // Transport::address() of the engine: "KNE1", u64 node (little-endian), then
@@ -116,6 +122,7 @@ class MsgTransport final : public Transport, private ChannelEvents {
   uint64_t rejected(const std::string& reason) const;
   Channel& channel() { return *ch_; }
   size_t payload_limit() const { return piece_; }  // largest put / get piece
+  const IpcPath* ipc_path() const { return ipc_.get(); }  // cuda_ipc only, else null
 
  private:
   struct Op;
@@ -168,6 +175,7 @@ class MsgTransport final : public Transport, private ChannelEvents {
   size_t piece_;  // payload bytes per message
   bool ordered_;  // also: puts, signals and put_signals are acknowledged cumulatively
   std::shared_ptr<Registry> reg_;
+  std::unique_ptr<IpcPath> ipc_;  // cuda_ipc (ipc_path.hpp)
 
   // Peers: chunked storage so connect() can grow it while poll() reads.
   static constexpr size_t kChunk = 256, kMaxChunks = 256;

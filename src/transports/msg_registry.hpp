@@ -50,6 +50,7 @@ struct MsgTransport::Op {
   Status status = Status::Ok;
   uint64_t piece_bytes = 0;
   uint64_t bytes = 0;
+  bool ipc = false;  // sent by IPC reference (cuda_ipc): a get's answer carries no data
   std::unique_ptr<Out> last;  // split put_signal: the signalling piece, sent once the data pieces are answered Ok
 };
 

@@ -8,6 +8,7 @@
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "providers/emu/safe_copy.hpp"
+#include "transports/ipc_path.hpp"
 #include "transports/msg_engine.hpp"
 #include "transports/msg_registry.hpp"
 
@@ -90,6 +91,7 @@ std::unique_ptr<TransportRegion> MsgTransport::register_memory(void* addr, size_
     reg_->by_key.emplace(key, e);
     if (kind == MemoryKind::Gpu) reg_->gpu.fetch_add(1);
   }
+  if (ipc_) ipc_->prepare(*reg_, key, addr, bytes);  // cuda_ipc: export now, not on the data path
   return std::make_unique<MsgRegion>(reg_, e, key, node_);
 }
 
@@ -159,6 +161,13 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes, co
 void MsgTransport::execute(Peer& p, const wire::Request& r) {
   const char* tn = wire::type_name(r.type);
   const bool atomic_word = r.type != MsgType::Put && r.type != MsgType::Get && r.type != MsgType::PutSignal;
+  const bool by_ipc = r.flags & wire::kFlagIpc;  // cuda_ipc (ipc_path.hpp)
+  if (by_ipc && !ipc_) {
+    reject(p.name, "ipc unsupported", std::string(tn) + " by IPC reference to a transport of provider " +
+                                          ch_->provider() + ", not cuda_ipc");
+    return answer(p, r, Status::RemoteInvalidRequest, 0, {});
+  }
+  std::string ipc_reason, ipc_detail;  // an IPC failure's rejection
   std::unique_lock lk(reg_->mu);
   // Every check of both ranges (data and, for put_signal, the signal word) before any byte moves.
   auto check = [&](uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word,
@@ -229,7 +238,8 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
   switch (r.type) {
     case MsgType::Put:
     case MsgType::PutSignal:
-      if (r.length) st = fault(emu::safe_copy(target, d.kind, r.payload, MemoryKind::Host, r.length), d.kind);
+      if (by_ipc) st = ipc_->execute(p.id, r, target, d.kind, &ipc_reason, &ipc_detail);
+      else if (r.length) st = fault(emu::safe_copy(target, d.kind, r.payload, MemoryKind::Host, r.length), d.kind);
       if (st == Status::Ok && r.type == MsgType::PutSignal) {
         uint8_t* w = s.base + (r.sig_raddr - reinterpret_cast<uint64_t>(s.base));
         st = signal(reinterpret_cast<uint64_t*>(w), s.kind, r.sig_op, r.operand);
@@ -237,6 +247,10 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
       old = 0;
       break;
     case MsgType::Get:
+      if (by_ipc) {  // pushed into the requester's memory: the answer carries no data
+        st = ipc_->execute(p.id, r, target, d.kind, &ipc_reason, &ipc_detail);
+        break;
+      }
       out.resize(r.length);
       if (r.length) st = fault(emu::safe_copy(out.data(), MemoryKind::Host, target, d.kind, r.length), d.kind);
       if (st != Status::Ok) out.clear();
@@ -255,8 +269,9 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
   }
   lk.unlock();
   if (st != Status::Ok) {
-    reject(p.name, "fault", std::string(tn) + " at " + hex(r.raddr) + ": the memory behind key " + hex(r.key) +
-                                " faulted");
+    if (!ipc_reason.empty()) reject(p.name, ipc_reason, ipc_detail);
+    else reject(p.name, "fault", std::string(tn) + " at " + hex(r.raddr) + ": the memory behind key " + hex(r.key) +
+                                     " faulted");
     old = 0;
   }
   if (ordered_ && st == Status::Ok &&

@@ -55,6 +55,7 @@ void encode_header(const Request& r, uint8_t* o) {
   o[4] = kVersion;
   o[5] = static_cast<uint8_t>(r.type);
   o[6] = r.sig_op;
+  o[7] = r.flags;
   put(o, 8, r.node);
   put(o, 16, r.seq);
   put(o, 24, r.op_id);
@@ -75,6 +76,11 @@ void encode(const Ack& a, uint8_t* o) {
   o[5] = static_cast<uint8_t>(MsgType::Ack);
   put(o, 8, a.node);
   put(o, 16, a.ack);
+}
+
+void encode(const IpcRef& r, uint8_t* o) {
+  std::memcpy(o, r.handle, kIpcHandleBytes);
+  put(o, kIpcHandleBytes, r.offset);
 }
 
 void encode_header(const Answer& a, uint8_t* o) {
@@ -118,7 +124,8 @@ std::string decode(const uint8_t* m, size_t n, const uint8_t* b, size_t bn, Requ
   Request r;
   r.type = static_cast<MsgType>(m[5]);
   r.sig_op = m[6];
-  if (m[7] != 0) return "reserved byte 7 is " + num(m[7]) + ", not 0";
+  r.flags = m[7];
+  if (r.flags & ~kFlagIpc) return "reserved flag bits " + num(r.flags & ~kFlagIpc) + " set";
   r.node = get<uint64_t>(m, 8);
   r.seq = get<uint64_t>(m, 16);
   r.op_id = get<uint64_t>(m, 24);
@@ -145,7 +152,19 @@ std::string decode(const uint8_t* m, size_t n, const uint8_t* b, size_t bn, Requ
   if ((is_atomic(r.type) || r.type == MsgType::Signal) && r.length != 8)
     return std::string(tn) + ": length " + num(r.length) + ", not 8";
   const size_t body = bn ? bn : n - kRequestBytes;
-  if (has_payload(r.type)) {
+  if (r.flags & kFlagIpc) {
+    if (!has_payload(r.type) && r.type != MsgType::Get)
+      return std::string(tn) + ": an ipc reference on an operation without data";
+    if (body != kIpcRefBytes)
+      return std::string(tn) + ": ipc reference of " + num(body) + " bytes, not " + num(kIpcRefBytes);
+    if (r.length == 0 || r.length > kMaxIpcBytes)
+      return std::string(tn) + ": ipc length " + num(r.length) + ", not 1 .. " + num(kMaxIpcBytes);
+    const uint8_t* ref = bn ? b : m + kRequestBytes;
+    std::memcpy(r.ipc.handle, ref, kIpcHandleBytes);
+    r.ipc.offset = get<uint64_t>(ref, kIpcHandleBytes);
+    if (r.ipc.offset + r.length < r.ipc.offset)
+      return std::string(tn) + ": ipc offset " + num(r.ipc.offset) + " + length " + num(r.length) + " wraps";
+  } else if (has_payload(r.type)) {
     if (r.length != body)
       return std::string(tn) + ": length " + num(r.length) + " but " + num(body) + " payload bytes";
     r.payload = body ? (bn ? b : m + kRequestBytes) : nullptr;

@@ -6,6 +6,7 @@
 
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "transports/ipc_path.hpp"
 #include "transports/link_channel.hpp"
 #include "transports/loop_channel.hpp"
 #include "transports/msg_engine.hpp"
@@ -28,6 +29,7 @@ Factories& base() {
     f->list.emplace_back("loop", &make_loop);
     f->list.emplace_back("tcp", &make_tcp_channel);
     f->list.emplace_back("shm", &make_shm_channel);
+    f->list.emplace_back("cuda_ipc", &make_cuda_ipc_channel);  // with MsgOptions::ipc, see open()
     return f;
   }();
   return *f;
@@ -96,8 +98,9 @@ std::unique_ptr<Transport> Transport::open(const TransportOptions& opt) {
   mo.timeout = o.timeout;
   const uint64_t node = transport::random_node_id();
   auto make = [&](const std::string& n, transport::ChannelFactory f) -> std::unique_ptr<Transport> {
-    (void)n;
-    return std::make_unique<transport::MsgTransport>(f(o, node), node, mo);
+    transport::MsgOptions m = mo;
+    if (n == "cuda_ipc") m.ipc = transport::cuda_ipc_memory();  // NotSupported without CUDA or a GPU
+    return std::make_unique<transport::MsgTransport>(f(o, node), node, m);
   };
   if (name == "auto") {
     std::string why;
@@ -119,7 +122,7 @@ std::unique_ptr<Transport> Transport::open(const TransportOptions& opt) {
     if (name == "ucx" || name == "ofi")
       throw Error(ErrorCode::NotSupported, "transport " + name + ": not built into this library");
     throw Error(ErrorCode::InvalidArgument, "transport: unknown provider \"" + name +
-                                                "\" (ucx, ofi, tcp, shm, loop or auto)");
+                                                "\" (ucx, ofi, tcp, shm, cuda_ipc, loop or auto)");
   }
   return make(name, f);
 }

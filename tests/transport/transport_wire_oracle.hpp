@@ -22,6 +22,11 @@ inline std::string check_wire(const uint8_t* p, size_t n, int* accepted) {
     std::vector<uint8_t> again(wire::kRequestBytes);
     wire::encode_header(r, again.data());
     if (r.payload) again.insert(again.end(), r.payload, r.payload + r.length);
+    if (r.flags & wire::kFlagIpc) {
+      again.resize(again.size() + wire::kIpcRefBytes);
+      wire::encode(r.ipc, again.data() + wire::kRequestBytes);
+      if (r.payload) return "request with an ipc reference and a payload";
+    }
     if (again.size() != n || std::memcmp(again.data(), p, n) != 0) return "request accepted but not canonical";
     if (r.payload && (r.payload < p || r.payload + r.length > p + n)) return "request payload outside the message";
   } else if (why.find('\n') != std::string::npos) {

@@ -25,6 +25,13 @@ Bytes enc(const wire::Answer& a, const Bytes& payload = {}) {
   m.insert(m.end(), payload.begin(), payload.end());
   return m;
 }
+// A request by IPC reference: the header, then the encoded reference.
+Bytes enc_ipc(const wire::Request& r) {
+  Bytes m = enc(r);
+  m.resize(m.size() + wire::kIpcRefBytes);
+  wire::encode(r.ipc, m.data() + wire::kRequestBytes);
+  return m;
+}
 std::string req_why(const Bytes& m) {
   std::unique_ptr<uint8_t[]> c(new uint8_t[m.size() ? m.size() : 1]);
   if (!m.empty()) std::memcpy(c.get(), m.data(), m.size());
@@ -48,6 +55,14 @@ std::vector<Bytes> seeds() {
     if (t == MsgType::PutSignal) r.sig_key = 0x66, r.sig_raddr = 0x2000;
     if (t == MsgType::Put || t == MsgType::Signal) r.ack = 0x77;  // an ack rides along
     s.push_back(enc(r, data ? p100 : Bytes{}));
+  }
+  for (MsgType t : {MsgType::Put, MsgType::Get, MsgType::PutSignal}) {  // by IPC reference (cuda_ipc)
+    wire::Request r;
+    r.type = t, r.node = 0x1122, r.seq = 3, r.op_id = 4, r.key = 0x55, r.raddr = 0x1000, r.length = 1 << 20;
+    r.flags = wire::kFlagIpc, r.ipc.offset = 4096;
+    r.ipc.handle[0] = 0xab, r.ipc.handle[63] = 0xcd;
+    if (t == MsgType::PutSignal) r.operand = 9, r.sig_op = 2, r.sig_key = 0x66, r.sig_raddr = 0x2000;
+    s.push_back(enc_ipc(r));
   }
   wire::Answer a;
   a.node = 1, a.seq = 2, a.op_id = 3, a.old_value = 4;
@@ -84,13 +99,17 @@ TEST(TransportWire, RequestFieldRules) {
   m.push_back(0);
   EXPECT_EQ(req_why(m), "put: length 4 but 5 payload bytes");
   m = good, m[4] = 1;
-  EXPECT_EQ(req_why(m), "unsupported version 1 (this side speaks 2)");
+  EXPECT_EQ(req_why(m), "unsupported version 1 (this side speaks 3)");
   m = good, m[5] = 7;
   EXPECT_EQ(req_why(m), "bad type 7 for a request");
   m = good, m[6] = 1;
   EXPECT_EQ(req_why(m), "put: bad signal op 1");
-  m = good, m[7] = 1;
-  EXPECT_EQ(req_why(m), "reserved byte 7 is 1, not 0");
+  m = good, m[7] = 2;
+  EXPECT_EQ(req_why(m), "reserved flag bits 2 set");
+  m = good, m[7] = 0x81;
+  EXPECT_EQ(req_why(m), "reserved flag bits 128 set");
+  m = good, m[7] = wire::kFlagIpc;  // the 4 payload bytes are no reference
+  EXPECT_EQ(req_why(m), "put: ipc reference of 4 bytes, not 72");
   wire::Request f = put;
   f.type = MsgType::FetchAdd, f.length = 16;
   EXPECT_EQ(req_why(enc(f)), "fetch_add: length 16, not 8");
@@ -109,6 +128,67 @@ TEST(TransportWire, RequestFieldRules) {
   EXPECT_EQ(req_why(enc(g, Bytes(4, 0))), "get: 4 payload bytes, expected none");
   g.op_id = 0;
   EXPECT_EQ(req_why(enc(g)), "get: op id 0");
+}
+
+// cuda_ipc's reference (flag kFlagIpc): each rule at its edge; what was
+// decoded is what was encoded.
+TEST(TransportWire, IpcReferenceRules) {
+  wire::Request put;
+  put.type = MsgType::Put, put.node = 1, put.seq = 1, put.op_id = 7, put.key = 9, put.raddr = 64, put.length = 4096;
+  put.flags = wire::kFlagIpc, put.ipc.offset = 512;
+  for (size_t i = 0; i < wire::kIpcHandleBytes; ++i) put.ipc.handle[i] = static_cast<uint8_t>(i * 7 + 1);
+  const Bytes good = enc_ipc(put);
+  ASSERT_EQ(good.size(), wire::kRequestBytes + 72);
+  wire::Request r;
+  ASSERT_EQ(wire::decode(good.data(), good.size(), &r), "");
+  EXPECT_EQ(r.flags, wire::kFlagIpc);
+  EXPECT_EQ(r.payload, nullptr) << "the reference is not payload";
+  EXPECT_EQ(r.length, 4096u);
+  EXPECT_EQ(r.ipc.offset, 512u);
+  EXPECT_EQ(0, std::memcmp(r.ipc.handle, put.ipc.handle, 64));
+  EXPECT_EQ(0, std::memcmp(good.data() + wire::kRequestBytes + 64, "\x00\x02\0\0\0\0\0\0", 8)) << "offset LE";
+  // Split delivery (header, then the reference as the body) decodes the same.
+  ASSERT_EQ(wire::decode(good.data(), wire::kRequestBytes, good.data() + wire::kRequestBytes, 72, &r), "");
+  EXPECT_EQ(r.ipc.offset, 512u);
+  // Truncated or oversized references, at the edge.
+  Bytes m(good.begin(), good.end() - 1);
+  EXPECT_EQ(req_why(m), "put: ipc reference of 71 bytes, not 72");
+  m = good, m.push_back(0);
+  EXPECT_EQ(req_why(m), "put: ipc reference of 73 bytes, not 72");
+  EXPECT_EQ(req_why(Bytes(good.begin(), good.begin() + wire::kRequestBytes)), "put: ipc reference of 0 bytes, not 72");
+  // Length: 1 .. 2^31.
+  wire::Request q = put;
+  q.length = 0;
+  EXPECT_EQ(req_why(enc_ipc(q)), "put: ipc length 0, not 1 .. 2147483648");
+  q.length = wire::kMaxIpcBytes + 1;
+  EXPECT_EQ(req_why(enc_ipc(q)), "put: ipc length 2147483649, not 1 .. 2147483648");
+  q.length = wire::kMaxIpcBytes;
+  EXPECT_EQ(req_why(enc_ipc(q)), "");
+  q.length = 1;
+  EXPECT_EQ(req_why(enc_ipc(q)), "");
+  // Offset + length must stay below 2^64 (the target's bounds check rejects
+  // what the allocation does not hold).
+  q.length = 16, q.ipc.offset = ~uint64_t{0} - 16;
+  EXPECT_EQ(req_why(enc_ipc(q)), "");
+  q.ipc.offset = ~uint64_t{0} - 15;
+  EXPECT_EQ(req_why(enc_ipc(q)), "put: ipc offset 18446744073709551600 + length 16 wraps");
+  // Only operations with data carry one.
+  for (MsgType t : {MsgType::FetchAdd, MsgType::CompareSwap, MsgType::Signal}) {
+    wire::Request a = put;
+    a.type = t, a.length = 8, a.ipc.offset = 0;
+    if (t == MsgType::Signal) a.sig_op = 1;
+    EXPECT_EQ(req_why(enc_ipc(a)), std::string(wire::type_name(t)) + ": an ipc reference on an operation without data");
+  }
+  wire::Request g = put;
+  g.type = MsgType::Get;
+  EXPECT_EQ(req_why(enc_ipc(g)), "") << "a get names its destination";
+  EXPECT_EQ(req_why(enc(g)), "get: ipc reference of 0 bytes, not 72");
+  wire::Request ps = put;
+  ps.type = MsgType::PutSignal, ps.sig_op = 1, ps.sig_key = 3, ps.sig_raddr = 8, ps.operand = 1;
+  EXPECT_EQ(req_why(enc_ipc(ps)), "");
+  // Without the flag, the same bytes are a 72-byte put (length must agree).
+  m = good, m[7] = 0;
+  EXPECT_EQ(req_why(m), "put: length 4096 but 72 payload bytes");
 }
 
 TEST(TransportWire, AnswerFieldRules) {

@@ -1,4 +1,4 @@
-#include "comm/ipc.hpp"
+#include "core/cuda_ipc.hpp"
 
 #include <dlfcn.h>
 
@@ -6,9 +6,10 @@
 #include <mutex>
 
 #include "core/dl_util.hpp"
+#include "core/text.hpp"
 #include "kinet/kinet.hpp"
 
-namespace kinet::comm_ipc {
+namespace kinet::cuda_ipc {
 namespace {
 // The few entry points, declared here so that no CUDA header is needed. The
 // handle is a 64-byte struct passed by value, as cudaIpcMemHandle_t is.
@@ -20,6 +21,7 @@ struct Api {
   std::string why;
   int (*getDeviceCount)(int*) = nullptr;
   int (*getDevice)(int*) = nullptr;
+  int (*setDevice)(int) = nullptr;
   int (*deviceGetPCIBusId)(char*, int, int) = nullptr;
   int (*malloc)(void**, size_t) = nullptr;
   int (*free)(void*) = nullptr;
@@ -32,6 +34,7 @@ struct Api {
   int (*memGetAddressRange)(unsigned long long*, size_t*, unsigned long long) = nullptr;  // driver API
 };
 constexpr unsigned kLazyEnablePeerAccess = 1;  // cudaIpcMemLazyEnablePeerAccess
+constexpr int kInvalidContext = 201;           // CUDA_ERROR_INVALID_CONTEXT
 
 using dl::sym;
 
@@ -44,7 +47,7 @@ const Api& api() {
       a.why = "no CUDA runtime (libcudart) found";
       return;
     }
-    if (!(sym(h, "cudaGetDeviceCount", a.getDeviceCount) && sym(h, "cudaGetDevice", a.getDevice) &&
+    if (!(sym(h, "cudaGetDeviceCount", a.getDeviceCount) && sym(h, "cudaGetDevice", a.getDevice) && sym(h, "cudaSetDevice", a.setDevice) &&
           sym(h, "cudaDeviceGetPCIBusId", a.deviceGetPCIBusId) && sym(h, "cudaMalloc", a.malloc) &&
           sym(h, "cudaFree", a.free) && sym(h, "cudaMemset", a.memset) &&
           sym(h, "cudaIpcGetMemHandle", a.ipcGetMemHandle) && sym(h, "cudaIpcOpenMemHandle", a.ipcOpenMemHandle) &&
@@ -53,7 +56,8 @@ const Api& api() {
       a.why = "libcudart lacks a CUDA IPC symbol";
       return;
     }
-    if (void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) sym(drv, "cuMemGetAddressRange_v2", a.memGetAddressRange);
+    if (void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))
+      sym(drv, "cuMemGetAddressRange_v2", a.memGetAddressRange);
     int n = 0;
     if (a.getDeviceCount(&n) != 0 || n <= 0) {
       a.getLastError();
@@ -106,12 +110,8 @@ bool export_memory(const void* p, Exported* out, std::string* why) {
     *why = api().why;
     return false;
   }
-  unsigned long long base = reinterpret_cast<uintptr_t>(p);
-  size_t len = 0;
-  if (api().memGetAddressRange && api().memGetAddressRange(&base, &len, reinterpret_cast<uintptr_t>(p)) != 0) {
-    *why = "cuMemGetAddressRange failed: not memory of cudaMalloc";
-    return false;
-  }
+  uint64_t base = reinterpret_cast<uintptr_t>(p), len = 0;
+  if (api().memGetAddressRange && !allocation(p, &base, &len, why)) return false;
   IpcHandle h;
   if (int e = api().ipcGetMemHandle(&h, reinterpret_cast<void*>(base)); e != 0) {
     *why = "cudaIpcGetMemHandle failed: " + err(e);
@@ -123,22 +123,70 @@ bool export_memory(const void* p, Exported* out, std::string* why) {
 }
 
 void* open(const Exported& e, std::string* why) {
+  void* base = open_handle(e.handle, why);
+  return base ? static_cast<uint8_t*>(base) + e.offset : nullptr;
+}
+
+void close(void* mapped, uint64_t offset) {
+  std::string why;
+  if (mapped) close_handle(static_cast<uint8_t*>(mapped) - offset, &why);
+}
+
+bool ranges_available(std::string* why) {
+  if (!available(why)) return false;
+  if (!api().memGetAddressRange) {
+    *why = "libcuda.so.1 (the CUDA driver) or its cuMemGetAddressRange_v2 is missing";
+    return false;
+  }
+  return true;
+}
+
+bool allocation(const void* p, uint64_t* base, uint64_t* size, std::string* why) {
+  if (!ranges_available(why)) return false;
+  unsigned long long b = 0;
+  size_t n = 0;
+  int r = api().memGetAddressRange(&b, &n, reinterpret_cast<uintptr_t>(p));
+  if (r == kInvalidContext) {
+    // A thread that made no runtime call yet (a proxy thread) has no current
+    // context: binding the current device's primary context fixes that.
+    int d = 0;
+    if (api().getDevice(&d) == 0 && api().setDevice(d) == 0)
+      r = api().memGetAddressRange(&b, &n, reinterpret_cast<uintptr_t>(p));
+    else
+      api().getLastError();
+  }
+  if (r != 0) {
+    *why = "cuMemGetAddressRange of " + text::hexp(p) + " failed (CUresult " +
+           std::to_string(r) + "): not memory of cudaMalloc";
+    return false;
+  }
+  *base = b;
+  *size = n;
+  return true;
+}
+
+void* open_handle(const uint8_t handle[kHandleBytes], std::string* why) {
   if (!api().ok) {
     *why = api().why;
     return nullptr;
   }
   IpcHandle h;
-  std::memcpy(h.reserved, e.handle, kHandleBytes);
+  std::memcpy(h.reserved, handle, kHandleBytes);
   void* base = nullptr;
   if (int r = api().ipcOpenMemHandle(&base, h, kLazyEnablePeerAccess); r != 0) {
     *why = "cudaIpcOpenMemHandle failed: " + err(r);
     return nullptr;
   }
-  return static_cast<uint8_t*>(base) + e.offset;
+  return base;
 }
 
-void close(void* mapped, uint64_t offset) {
-  if (mapped && api().ok) api().ipcCloseMemHandle(static_cast<uint8_t*>(mapped) - offset);
+bool close_handle(void* base, std::string* why) {
+  if (!base || !api().ok) return true;
+  if (int r = api().ipcCloseMemHandle(base); r != 0) {
+    *why = "cudaIpcCloseMemHandle failed: " + err(r);
+    return false;
+  }
+  return true;
 }
 
-}  // namespace kinet::comm_ipc
+}  // namespace kinet::cuda_ipc
