@@ -15,7 +15,6 @@
 // Every wait is bounded: operations by the transport's timeout, the bootstrap
 // by its own, the children by the parent's deadline (120 s). Any mismatch
 // prints "FAIL <what>" and exits non-zero.
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -32,16 +31,15 @@
 
 #include "../proxy/poster.hpp"
 #include "gpu_harness.hpp"
-#include "spawn_pair.hpp"
+#include "two_procs.hpp"
 #include "transports/ipc_path.hpp"
 #include "transports/msg_engine.hpp"
 
 namespace {
 using namespace kinet;
 using namespace kinet::dev;
-using kinet::test::PosterArgs;
+using namespace kgt::two;  // the two-process harness, pattern() and k_poster
 using Clock = std::chrono::steady_clock;
-constexpr uint64_t kTimeoutMs = 20000;
 
 // Target GPU region T.
 constexpr size_t kBig = size_t{64} << 20;              // one put of 64 MiB
@@ -55,22 +53,6 @@ constexpr size_t H_PUT = 0, H_PUT_LEN = 4096, H_GET = 8192, H_GET_LEN = 5000, H_
 // Requester GPU region R: [0, kBig) the source; then the get destinations.
 constexpr size_t R_GET = kBig, R_GETH = R_GET + 131072, R_BYTES = R_GETH + 8192;
 constexpr uint64_t kWord0 = 1000;
-
-std::vector<uint8_t> pattern(size_t n, int who) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 131 + (i >> 9) * 7 + who * 59 + 1) & 0xff);
-  return v;
-}
-
-template <Sharing S, class H> __global__ void k_poster(H h, PosterArgs a, int* st) {
-  *st = static_cast<int>(kinet::test::poster<S>(h, a));
-}
-
-int fail(const char* role, const std::string& what) {
-  std::printf("%s: FAIL %s\n", role, what.c_str());
-  std::fflush(stdout);
-  return 1;
-}
 
 std::vector<uint8_t> blob(const std::vector<std::vector<uint8_t>>& parts) {
   std::vector<uint8_t> out;
@@ -233,16 +215,13 @@ int phase1_target_check(Transport& t, const uint8_t* tg, const uint8_t* h) {
 }
 
 int child(const std::string& role, const std::string& provider, const std::string& id_hex) {
-  const bool req = role == "requester";
   const char* who = role.c_str();
-  if (!req && role != "target") return fail(who, "unknown role");
   try {
-    if (cudaSetDevice(0) != cudaSuccess) return fail(who, "cudaSetDevice(0)");
-    auto bs = Bootstrap::init(UniqueId::from_string(id_hex), req ? 0 : 1, 2, std::chrono::seconds(30));
-    TransportOptions o;
-    o.provider = provider;
-    o.name = role;
-    o.timeout = std::chrono::milliseconds(kTimeoutMs);
+    kgt::two::Child c;
+    if (const int rc = kgt::two::join(c, role, provider, id_hex, kTimeoutMs)) return rc;
+    const bool req = c.req;
+    const std::unique_ptr<Bootstrap>& bs = c.bs;
+    const TransportOptions& o = c.opts;
     std::unique_ptr<Transport> t;
     std::string skip;
     try {
@@ -309,19 +288,11 @@ int child(const std::string& role, const std::string& provider, const std::strin
     if (ok1s[0][0] == 0 || ok1s[1][0] == 0) return rc ? rc : fail(who, "the peer failed phase 1");
     std::printf("%s: phase 1 OK\n", who);
     // ---- phase 2: a kernel through the proxy over cuda_ipc ----
-    using kinet::test::kPosterLocalBytes;
-    using kinet::test::kPosterRemoteBytes;
-    constexpr size_t kBuf = 1 << 16;
+    constexpr size_t kBuf = kgt::two::kPosterBuf;
     Proxy proxy(*t);
     uint8_t* buf = nullptr;
     if (cudaMalloc(&buf, kBuf) != cudaSuccess) return fail(who, "cudaMalloc");
-    std::vector<uint8_t> h = pattern(kBuf, req ? 0 : 1);
-    if (req) std::memset(h.data() + 8192, 0, kPosterLocalBytes - 8192);
-    else {
-      std::memcpy(h.data() + 8192, &kWord0, 8);
-      std::memset(h.data() + 8200, 0, 8);
-    }
-    cudaMemcpy(buf, h.data(), kBuf, cudaMemcpyHostToDevice);
+    kgt::two::poster_fill(buf, req, kWord0);
     auto reg = proxy.register_memory(buf, kBuf, kAccessAll, MemoryKind::Gpu);
     const auto key = reg->remote_key().serialize();
     const auto keys = bs->allgather(key.data(), key.size());
@@ -333,48 +304,14 @@ int child(const std::string& role, const std::string& provider, const std::strin
       cc.posters = Posters::Gpu;
       cc.timeout = std::chrono::milliseconds(kTimeoutMs);
       ProxyChannel& ch = proxy.channel(p, cc);
-      const Rkey rk = ch.import_key(rkey);
-      int* st = nullptr;
-      if (cudaMalloc(&st, sizeof(int)) != cudaSuccess) return fail(who, "cudaMalloc");
-      cudaMemset(st, 0xff, sizeof(int));
       if (!kgt::preload(k_poster<Sharing::Exclusive, ProxyHandle>)) return fail(who, "loading the kernel");
-      k_poster<Sharing::Exclusive><<<1, 1>>>(
-          ch.handle(), PosterArgs{buf, reg->lkey(), rkey.addr, rk, kWord0, kinet::test::kPosterMaxMany}, st);
-      const cudaError_t e = cudaDeviceSynchronize();
-      if (e != cudaSuccess) return fail(who, std::string("kernel: ") + cudaGetErrorString(e));
-      int s = -1;
-      cudaMemcpy(&s, st, sizeof s, cudaMemcpyDeviceToHost);
-      if (s != 0) rc = fail(who, "poster status " + std::to_string(s) + " (" + status_string(static_cast<Status>(s)) +
-                                     ") | " + ch.last_error());
-      std::vector<uint8_t> got(kPosterLocalBytes);
-      cudaMemcpy(got.data(), buf, got.size(), cudaMemcpyDeviceToHost);
-      const std::vector<uint8_t> theirs = pattern(kBuf, 1);
-      if (rc == 0 && std::memcmp(got.data() + 4096, theirs.data() + 4096, 2000) != 0)
-        rc = fail(who, "kernel's get data wrong");
-      uint64_t res[3];
-      std::memcpy(res, got.data() + 8192, 24);
-      if (rc == 0 && (res[0] != kWord0 || res[1] != kWord0 + 5 || res[2] != 77))
-        rc = fail(who, "kernel's atomic results " + std::to_string(res[0]) + " " + std::to_string(res[1]) + " " +
-                           std::to_string(res[2]) + " (1000 1005 77)");
+      rc = kgt::two::poster_requester(who, ch, buf, reg->lkey(), rkey.addr, ch.import_key(rkey), kWord0, "kernel's ");
       if (rc == 0 && stats(*t).refs <= before.refs) rc = fail(who, "the kernel's puts did not go by reference");
-      cudaFree(st);
     }
     bs->barrier();  // the requester's kernel is done
     if (!req) {
-      std::vector<uint8_t> got(kPosterRemoteBytes);
-      cudaMemcpy(got.data(), buf, got.size(), cudaMemcpyDeviceToHost);
-      const std::vector<uint8_t> src = pattern(kBuf, 0);
-      uint64_t w = 0, sig = 0;
-      std::memcpy(&w, got.data() + 8192, 8);
-      std::memcpy(&sig, got.data() + 8200, 8);
-      if (std::memcmp(got.data(), src.data(), 3000) != 0) rc = fail(who, "kernel's put data wrong");
-      else if (std::memcmp(got.data() + 3000, src.data() + 100, 500) != 0)
-        rc = fail(who, "kernel's put_signal data wrong");
-      else if (std::memcmp(got.data() + 3500, src.data(), 8 * kinet::test::kPosterMaxMany) != 0)
-        rc = fail(who, "kernel's small puts wrong");
-      else if (w != 77 || sig != 1)
-        rc = fail(who, "kernel's atomic word " + std::to_string(w) + " (77), signal " + std::to_string(sig) + " (1)");
-      else if (stats(*t).pulls <= before.pulls) rc = fail(who, "the kernel's puts were not pulled by reference");
+      rc = kgt::two::poster_target(who, buf, "kernel's ");
+      if (rc == 0 && stats(*t).pulls <= before.pulls) rc = fail(who, "the kernel's puts were not pulled by reference");
     }
     std::printf("%s: phase 2 %s\n", who, stats_line(*t).c_str());
     bs->barrier();  // both verified: tear down together
@@ -393,28 +330,12 @@ int child(const std::string& role, const std::string& provider, const std::strin
 }
 
 KGT_TEST(cuda_ipc_two_processes_one_gpu) {
-  char self[4096];
-  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  CHECK(len > 0, "readlink /proc/self/exe");
-  self[len] = 0;
   setenv("KINET_SOCKET_IFNAME", "=lo", 1);  // the bootstrap meets on loopback
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);  // kernels load before anything waits on them
-  const char* roles[2] = {"requester", "target"};
-  int rc = 0;
-  for (const int code : kgt::spawn_pair(self, roles, "--transport", "cuda_ipc")) {
-    if (code == 77 && rc == 0) rc = 77;
-    else if (code != 0 && code != 77) rc = 1;
-  }
-  std::printf("[ %s ] cuda_ipc: two processes, one GPU\n", rc == 0 ? "      OK" : rc == 77 ? " SKIPPED" : "  FAILED");
-  std::fflush(stdout);
+  const int rc = kgt::two::run_pair("cuda_ipc", "cuda_ipc: two processes, one GPU");
   CHECK(rc != 1, "two processes over cuda_ipc failed (see the FAIL lines above)");
   if (rc == 77) KGT_SKIP("cuda_ipc could not open (see the SKIP lines above)");
 }
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc == 7 && std::string(argv[1]) == "--role" && std::string(argv[3]) == "--transport" &&
-      std::string(argv[5]) == "--id")
-    return child(argv[2], argv[4], argv[6]);
-  return kgt::run_all(argc, argv);
-}
+int main(int argc, char** argv) { return kgt::two::main(argc, argv, child); }

@@ -9,11 +9,6 @@
 //     --role requester|target --id HEX; exit 77 without a GPU).
 // Every wait is bounded: device waits by the channel timeout, the bootstrap
 // by its timeout, the children by the parent's deadline.
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <memory>
 #include <string>
@@ -26,19 +21,13 @@
 
 #include "../proxy/poster.hpp"
 #include "gpu_harness.hpp"
-#include "spawn_pair.hpp"
-
-extern char** environ;
+#include "two_procs.hpp"
 
 namespace {
 using namespace kinet;
 using namespace kinet::dev;
+using namespace kgt::two;  // the two-process harness, pattern() and k_poster
 using kinet::test::PosterArgs;
-constexpr uint64_t kTimeoutMs = 20000;
-
-template <Sharing S, class H> __global__ void k_poster(H h, PosterArgs a, int* st) {
-  *st = static_cast<int>(kinet::test::poster<S>(h, a));
-}
 
 // Every thread of every CTA: one 8-byte put of its own slot, then waits for it.
 template <class H> __global__ void k_many(H h, const uint8_t* src, Lkey lk, uint64_t raddr, Rkey rk, int* bad) {
@@ -56,12 +45,6 @@ __global__ void k_group(ProxyHandle h, const uint8_t* src, Lkey lk, uint64_t rad
                        : cta_put<Sharing::Gpu>(h, src + 8 * i, lk, raddr + 8 * i, rk, 8, 0, &t);
   if (s == Status::Ok) s = wait<Sharing::Gpu>(h, t);
   if (s != Status::Ok) atomicAdd(bad, 1);
-}
-
-std::vector<uint8_t> pattern(size_t n, int who) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 131 + (i >> 9) * 7 + who * 59 + 1) & 0xff);
-  return v;
 }
 
 struct Loop {
@@ -211,13 +194,6 @@ KGT_TEST(proxy_many_ctas_one_shared_channel_and_group_variants) {
 }
 
 // ---- two processes over tcp --------------------------------------------------
-constexpr size_t kBuf = 1 << 16;
-
-int fail(const char* role, const std::string& what) {
-  std::printf("%s: FAIL %s\n", role, what.c_str());
-  std::fflush(stdout);
-  return 1;
-}
 
 std::vector<uint8_t> blob_pair(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   std::vector<uint8_t> out(4);
@@ -232,33 +208,20 @@ std::vector<uint8_t> blob_pair(const std::vector<uint8_t>& a, const std::vector<
 // GPU memory. Target: its proxy thread serves the operations (the transport's
 // target role); it checks its memory after the requester is done.
 int child(const std::string& role, const std::string& provider, const std::string& id_hex) {
-  using kinet::test::kPosterLocalBytes;
-  using kinet::test::kPosterRemoteBytes;
-  const bool req = role == "requester";
   const char* who = role.c_str();
-  if (!req && role != "target") return fail(who, "unknown role");
   try {
-    if (cudaSetDevice(0) != cudaSuccess) return fail(who, "cudaSetDevice(0)");
-    auto bs = Bootstrap::init(UniqueId::from_string(id_hex), req ? 0 : 1, 2, std::chrono::seconds(30));
-    TransportOptions o;
-    o.provider = provider;
-    o.name = role;
-    o.timeout = std::chrono::milliseconds(kTimeoutMs);
-    auto t = Transport::open(o);
+    kgt::two::Child c;
+    if (const int rc = kgt::two::join(c, role, provider, id_hex, kTimeoutMs)) return rc;
+    const bool req = c.req;
+    auto t = Transport::open(c.opts);
     Proxy proxy(*t);
     uint8_t* buf = nullptr;
-    if (cudaMalloc(&buf, kBuf) != cudaSuccess) return fail(who, "cudaMalloc");
+    if (cudaMalloc(&buf, kgt::two::kPosterBuf) != cudaSuccess) return fail(who, "cudaMalloc");
     const uint64_t word0 = 1000;
-    std::vector<uint8_t> h = pattern(kBuf, req ? 0 : 1);
-    if (req) std::memset(h.data() + 8192, 0, kPosterLocalBytes - 8192);
-    else {
-      std::memcpy(h.data() + 8192, &word0, 8);
-      std::memset(h.data() + 8200, 0, 8);
-    }
-    cudaMemcpy(buf, h.data(), kBuf, cudaMemcpyHostToDevice);
-    auto reg = proxy.register_memory(buf, kBuf, kAccessAll, MemoryKind::Gpu);
+    kgt::two::poster_fill(buf, req, word0);
+    auto reg = proxy.register_memory(buf, kgt::two::kPosterBuf, kAccessAll, MemoryKind::Gpu);
     const auto mine = blob_pair(t->address(), reg->remote_key().serialize());
-    const auto all = bs->allgather(mine.data(), mine.size());
+    const auto all = c.bs->allgather(mine.data(), mine.size());
     const auto& peer = all[req ? 1 : 0];
     uint32_t n = 0;
     if (peer.size() < 4) return fail(who, "short blob from the peer");
@@ -267,45 +230,15 @@ int child(const std::string& role, const std::string& provider, const std::strin
     const std::vector<uint8_t> addr(peer.data() + 4, peer.data() + 4 + n);
     const RemoteKey rkey = RemoteKey::deserialize(peer.data() + 4 + n, peer.size() - 4 - n);
     const PeerId p = t->connect(addr, req ? "target" : "requester");
-    bs->barrier();  // both connected
+    c.bs->barrier();  // both connected
     int rc = 0;
     if (req) {
       ProxyChannel& ch = proxy.channel(p, gpu_channel(16));
-      const Rkey rk = ch.import_key(rkey);
-      int* st = nullptr;
-      if (cudaMalloc(&st, sizeof(int)) != cudaSuccess) return fail(who, "cudaMalloc");
-      cudaMemset(st, 0xff, sizeof(int));
-      k_poster<Sharing::Exclusive><<<1, 1>>>(
-          ch.handle(), PosterArgs{buf, reg->lkey(), rkey.addr, rk, word0, kinet::test::kPosterMaxMany}, st);
-      const cudaError_t e = cudaDeviceSynchronize();
-      if (e != cudaSuccess) return fail(who, std::string("kernel: ") + cudaGetErrorString(e));
-      int s = -1;
-      cudaMemcpy(&s, st, sizeof s, cudaMemcpyDeviceToHost);
-      if (s != 0) rc = fail(who, "poster status " + std::to_string(s) + " | " + ch.last_error());
-      std::vector<uint8_t> got(kPosterLocalBytes);
-      cudaMemcpy(got.data(), buf, got.size(), cudaMemcpyDeviceToHost);
-      const std::vector<uint8_t> theirs = pattern(kBuf, 1);
-      if (rc == 0 && std::memcmp(got.data() + 4096, theirs.data() + 4096, 2000) != 0) rc = fail(who, "get data wrong");
-      uint64_t res[3];
-      std::memcpy(res, got.data() + 8192, 24);
-      if (rc == 0 && (res[0] != word0 || res[1] != word0 + 5 || res[2] != 77)) rc = fail(who, "atomic results wrong");
-      cudaFree(st);
+      rc = kgt::two::poster_requester(who, ch, buf, reg->lkey(), rkey.addr, ch.import_key(rkey), word0, "");
     }
-    bs->barrier();  // the requester is done
-    if (!req) {
-      std::vector<uint8_t> got(kPosterRemoteBytes);
-      cudaMemcpy(got.data(), buf, got.size(), cudaMemcpyDeviceToHost);
-      const std::vector<uint8_t> src = pattern(kBuf, 0);
-      uint64_t w = 0, sig = 0;
-      std::memcpy(&w, got.data() + 8192, 8);
-      std::memcpy(&sig, got.data() + 8200, 8);
-      if (std::memcmp(got.data(), src.data(), 3000) != 0) rc = fail(who, "put data wrong");
-      else if (std::memcmp(got.data() + 3000, src.data() + 100, 500) != 0) rc = fail(who, "put_signal data wrong");
-      else if (std::memcmp(got.data() + 3500, src.data(), 8 * kinet::test::kPosterMaxMany) != 0)
-        rc = fail(who, "small puts wrong");
-      else if (w != 77 || sig != 1) rc = fail(who, "atomic word " + std::to_string(w) + ", signal " + std::to_string(sig));
-    }
-    bs->barrier();  // both verified: tear down together
+    c.bs->barrier();  // the requester is done
+    if (!req) rc = kgt::two::poster_target(who, buf, "");
+    c.bs->barrier();  // both verified: tear down together
     reg.reset();
     cudaFree(buf);
     if (rc == 0) std::printf("%s over %s: OK\n", who, provider.c_str());
@@ -321,30 +254,11 @@ int child(const std::string& role, const std::string& provider, const std::strin
   }
 }
 
-// Spawns both roles over `provider` and waits for them (at most 120 s).
-// Returns 0 ok, 77 skipped, 1 failed.
-int run_pair(const std::string& self, const std::string& provider) {
-  const char* roles[2] = {"requester", "target"};
-  int rc = 0;
-  for (const int code : kgt::spawn_pair(self, roles, "--transport", provider)) {
-    if (code == 77 && rc == 0) rc = 77;
-    else if (code != 0 && code != 77) rc = 1;
-  }
-  std::printf("[ %s ] proxy: two processes, one GPU, over %s\n",
-              rc == 0 ? "      OK" : rc == 77 ? " SKIPPED" : "  FAILED", provider.c_str());
-  std::fflush(stdout);
-  return rc;
-}
-
 KGT_TEST(proxy_two_processes_one_gpu) {
-  char self[4096];
-  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  CHECK(len > 0, "readlink /proc/self/exe");
-  self[len] = 0;
   setenv("KINET_SOCKET_IFNAME", "=lo", 1);  // both processes meet on loopback
   int ran = 0;
   for (const char* p : {"tcp", "ucx"}) {
-    const int rc = run_pair(self, p);
+    const int rc = kgt::two::run_pair(p, std::string("proxy: two processes, one GPU, over ") + p);
     CHECK(rc != 1, "two processes over %s failed", p);
     ran += rc == 0;
   }
@@ -352,9 +266,4 @@ KGT_TEST(proxy_two_processes_one_gpu) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc == 7 && std::string(argv[1]) == "--role" && std::string(argv[3]) == "--transport" &&
-      std::string(argv[5]) == "--id")
-    return child(argv[2], argv[4], argv[6]);
-  return kgt::run_all(argc, argv);
-}
+int main(int argc, char** argv) { return kgt::two::main(argc, argv, child); }
