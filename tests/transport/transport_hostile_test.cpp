@@ -142,14 +142,6 @@ TEST(TransportTarget, UnalignedAtomicsAndSignals) {
 
 // ---- a hostile peer: raw messages through a loop channel -------------------
 
-struct Collector : transport::ChannelEvents {
-  std::deque<std::vector<uint8_t>> msgs;
-  void on_message(uint32_t, const uint8_t* d, size_t n) override { msgs.emplace_back(d, d + n); }
-  void on_stranger(std::string_view, const uint8_t*, size_t) override {}
-  void on_sent(uint64_t, bool) override {}
-  void on_peer_lost(uint32_t, const std::string&) override {}
-};
-
 struct Hostile {
   std::unique_ptr<transport::Channel> raw = transport::make_loop_channel();
   uint64_t node = transport::random_node_id();

@@ -94,15 +94,7 @@ struct ShmIpc final : transport::IpcMemory {
 };
 
 std::unique_ptr<MsgTransport> ipc_transport(const std::string& name, std::shared_ptr<ShmIpc> mem) {
-  MsgOptions o;
-  o.name = name;
-  o.timeout = 20s;
-  o.ipc = std::move(mem);
-  const uint64_t node = transport::random_node_id();
-  TransportOptions to;
-  to.name = name;
-  to.timeout = o.timeout;
-  return std::make_unique<MsgTransport>(transport::make_cuda_ipc_channel(to, node), node, o);
+  return make_transport("cuda_ipc", name, 1024, 20s, std::move(mem));
 }
 
 // Length-prefixed messages over a pipe, each read bounded.

@@ -29,30 +29,6 @@ using transport::IpcMemory;
 using transport::wire::MsgType;
 namespace wire = transport::wire;
 
-constexpr size_t kGuard = 64;
-constexpr uint8_t kGuardByte = 0xA5;
-
-// Host memory with guard bytes on both sides.
-struct Guarded {
-  std::vector<uint8_t> buf;
-  size_t n;
-  explicit Guarded(size_t bytes, uint8_t fill = 0) : buf(bytes + 2 * kGuard, kGuardByte), n(bytes) {
-    std::memset(mem(), fill, n);
-  }
-  uint8_t* mem() { return buf.data() + kGuard; }
-  uint64_t base() { return reinterpret_cast<uint64_t>(mem()); }
-  bool guards_intact() const {
-    for (size_t i = 0; i < kGuard; ++i)
-      if (buf[i] != kGuardByte || buf[kGuard + n + i] != kGuardByte) return false;
-    return true;
-  }
-  bool all(uint8_t v) const {
-    for (size_t i = 0; i < n; ++i)
-      if (buf[kGuard + i] != v) return false;
-    return true;
-  }
-};
-
 std::vector<uint8_t> pattern(size_t n, int who) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 131 + (i >> 9) * 7 + who * 59 + 1) & 0xff);
@@ -112,17 +88,7 @@ struct FakeIpc final : IpcMemory {
 
 std::unique_ptr<MsgTransport> ipc_transport(const std::string& name, std::shared_ptr<FakeIpc> fake,
                                             size_t depth = 1024, const std::string& channel = "loop") {
-  MsgOptions o;
-  o.name = name;
-  o.depth = depth;
-  o.timeout = 20s;
-  o.ipc = std::move(fake);
-  const uint64_t node = transport::random_node_id();
-  TransportOptions to;
-  to.name = name;
-  to.timeout = o.timeout;
-  auto ch = channel == "cuda_ipc" ? transport::make_cuda_ipc_channel(to, node) : transport::make_loop_channel();
-  return std::make_unique<MsgTransport>(std::move(ch), node, o);
+  return make_transport(channel, name, depth, 20s, std::move(fake));
 }
 
 // ---- Transport::open --------------------------------------------------------
@@ -192,19 +158,27 @@ TEST(CudaIpcChannel, DescribesItselfAndRefusesOtherProviders) {
 
 // ---- the data path end to end (loop channel, fake IPC on both sides) -------
 
-struct IpcPair {
-  std::shared_ptr<FakeIpc> fake = std::make_shared<FakeIpc>();
-  std::unique_ptr<MsgTransport> a, b;
-  PeerId ab = 0, ba = 0;
-  explicit IpcPair(size_t depth = 1024)
-      : a(ipc_transport("rank A", fake, depth)), b(ipc_transport("rank B", fake, depth)) {
-    ab = a->connect(b->address(), "rank B");
-    ba = b->connect(a->address(), "rank A");
-  }
-  Completion one() {
-    std::vector<Completion> v;
-    EXPECT_EQ(wait_completions(*a, 1, v, {b.get()}), 1u) << "no completion within the bound";
-    return v.empty() ? Completion{~0ull, 0, Status::Pending} : v[0];
+// The rig's LoopPair whose transports share one FakeIpc.
+struct IpcPair : LoopPair {
+  std::shared_ptr<FakeIpc> fake;
+  explicit IpcPair(size_t depth = 1024) : IpcPair(std::make_shared<FakeIpc>(), depth) {}
+  IpcPair(std::shared_ptr<FakeIpc> f, size_t depth)
+      : LoopPair(ipc_transport("rank A", f, depth), ipc_transport("rank B", f, depth)), fake(std::move(f)) {}
+  // a's `mine` filled with pattern(mine.n, seed), made a fake allocation and
+  // registered; b's `theirs` registered and imported at a as `k`.
+  struct Regions {
+    std::vector<uint8_t> pm;
+    std::unique_ptr<TransportRegion> rm, rt;
+    uint32_t k;
+  };
+  Regions regions(Guarded& mine, Guarded& theirs, int seed) {
+    Regions r{pattern(mine.n, seed), nullptr, nullptr, 0};
+    std::memcpy(mine.mem(), r.pm.data(), r.pm.size());
+    fake->add(mine.mem(), mine.n);
+    r.rm = a->register_memory(mine.mem(), mine.n, kAccessAll);
+    r.rt = b->register_memory(theirs.mem(), theirs.n, kAccessAll);
+    r.k = a->import_key(ab, r.rt->remote_key());
+    return r;
   }
 };
 
@@ -212,13 +186,9 @@ TEST(CudaIpcPath, PutGetPutSignalByReference) {
   IpcPair P;
   constexpr size_t kBig = 3 << 20;  // 3 pieces' worth on the loop channel: one message by reference
   Guarded mine(kBig + 4096), theirs(kBig + 4096);
-  const std::vector<uint8_t> pm = pattern(mine.n, 1), pt = pattern(theirs.n, 2);
-  std::memcpy(mine.mem(), pm.data(), pm.size());
+  const auto [pm, rm, rt, k] = P.regions(mine, theirs, 1);
+  const std::vector<uint8_t> pt = pattern(theirs.n, 2);
   std::memcpy(theirs.mem(), pt.data(), pt.size());
-  P.fake->add(mine.mem(), mine.n);
-  auto rm = P.a->register_memory(mine.mem(), mine.n, kAccessAll);
-  auto rt = P.b->register_memory(theirs.mem(), theirs.n, kAccessAll);
-  const uint32_t k = P.a->import_key(P.ab, rt->remote_key());
   // put: pulled by the target
   ASSERT_EQ(P.a->put(P.ab, mine.mem() + 100, kBig, k, theirs.base() + 8, 1), Status::Ok);
   EXPECT_EQ(P.one().status, Status::Ok);
@@ -293,12 +263,7 @@ TEST(CudaIpcPath, MoreOperationsThanDepthThenASignal) {
   constexpr int kOps = 200;
   constexpr size_t kChunk = 512;
   Guarded mine(kOps * kChunk), theirs(kOps * kChunk + 8);
-  const std::vector<uint8_t> pm = pattern(mine.n, 4);
-  std::memcpy(mine.mem(), pm.data(), pm.size());
-  P.fake->add(mine.mem(), mine.n);
-  auto rm = P.a->register_memory(mine.mem(), mine.n, kAccessAll);
-  auto rt = P.b->register_memory(theirs.mem(), theirs.n, kAccessAll);
-  const uint32_t k = P.a->import_key(P.ab, rt->remote_key());
+  const auto [pm, rm, rt, k] = P.regions(mine, theirs, 4);
   std::vector<Completion> done;
   Completion c[16];
   const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -329,12 +294,7 @@ TEST(CudaIpcPath, RegistrationDuringTrafficByReference) {
   IpcPair P;
   constexpr int kOps = 300;
   Guarded mine(kOps * 64), theirs(kOps * 64);
-  const std::vector<uint8_t> pm = pattern(mine.n, 7);
-  std::memcpy(mine.mem(), pm.data(), pm.size());
-  P.fake->add(mine.mem(), mine.n);
-  auto rm = P.a->register_memory(mine.mem(), mine.n, kAccessAll);
-  auto rt = P.b->register_memory(theirs.mem(), theirs.n, kAccessAll);
-  const uint32_t k = P.a->import_key(P.ab, rt->remote_key());
+  const auto [pm, rm, rt, k] = P.regions(mine, theirs, 7);
   std::atomic<bool> stop{false};
   std::atomic<int> churned{0};
   std::thread churn([&] {
@@ -364,14 +324,6 @@ TEST(CudaIpcPath, RegistrationDuringTrafficByReference) {
 }
 
 // ---- the target against crafted references ----------------------------------
-
-struct Collector : transport::ChannelEvents {
-  std::deque<std::vector<uint8_t>> msgs;
-  void on_message(uint32_t, const uint8_t* d, size_t n) override { msgs.emplace_back(d, d + n); }
-  void on_stranger(std::string_view, const uint8_t*, size_t) override {}
-  void on_sent(uint64_t, bool) override {}
-  void on_peer_lost(uint32_t, const std::string&) override {}
-};
 
 // A raw peer: crafted requests through its own loop channel.
 struct Raw {

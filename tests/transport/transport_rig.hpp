@@ -5,11 +5,14 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kinet/transport.hpp"
+#include "transports/ipc_path.hpp"
 #include "transports/link_channel.hpp"
 #include "transports/loop_channel.hpp"
 #include "transports/msg_engine.hpp"
@@ -19,21 +22,25 @@ namespace kinet::test {
 using transport::MsgOptions;
 using transport::MsgTransport;
 
-// A message-engine transport over channel `provider` ("loop", "tcp", "shm").
+// A message-engine transport over channel `provider` ("loop", "tcp", "shm",
+// "cuda_ipc"); a non-null `ipc` is its by-reference data path (MsgOptions::ipc).
 inline std::unique_ptr<MsgTransport> make_transport(const std::string& provider, const std::string& name,
                                                     size_t depth = 1024,
-                                                    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+                                                    std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                                                    std::shared_ptr<transport::IpcMemory> ipc = nullptr) {
   MsgOptions o;
   o.name = name;
   o.depth = depth;
   o.timeout = timeout;
+  o.ipc = std::move(ipc);
   const uint64_t node = transport::random_node_id();
   TransportOptions to;
   to.name = name;
   to.timeout = timeout;
-  std::unique_ptr<transport::Channel> ch = provider == "tcp"   ? transport::make_tcp_channel(to, node)
-                                           : provider == "shm" ? transport::make_shm_channel(to, node)
-                                                               : transport::make_loop_channel();
+  std::unique_ptr<transport::Channel> ch = provider == "tcp"        ? transport::make_tcp_channel(to, node)
+                                           : provider == "shm"      ? transport::make_shm_channel(to, node)
+                                           : provider == "cuda_ipc" ? transport::make_cuda_ipc_channel(to, node)
+                                                                    : transport::make_loop_channel();
   return std::make_unique<MsgTransport>(std::move(ch), node, o);
 }
 inline std::unique_ptr<MsgTransport> loop_transport(const std::string& name, size_t depth = 1024,
@@ -58,16 +65,19 @@ inline size_t wait_completions(Transport& t, size_t n, std::vector<Completion>& 
   return got;
 }
 
-// A registered region of `n` zeroed bytes with guard bytes on both sides:
-// what a hostile test checks after each crafted message.
+// `n` bytes of host memory (zeroed, or `fill`) with guard bytes on both
+// sides, registered at `t` when given: what a hostile test checks after each
+// crafted message.
 struct Guarded {
   static constexpr size_t kGuard = 64;
   static constexpr uint8_t kGuardByte = 0xA5;
   std::vector<uint8_t> buf;
   std::unique_ptr<TransportRegion> region;
   size_t n;
-  Guarded(Transport& t, size_t bytes, uint32_t access) : buf(bytes + 2 * kGuard, kGuardByte), n(bytes) {
-    std::memset(mem(), 0, n);
+  explicit Guarded(size_t bytes, uint8_t fill = 0) : buf(bytes + 2 * kGuard, kGuardByte), n(bytes) {
+    std::memset(mem(), fill, n);
+  }
+  Guarded(Transport& t, size_t bytes, uint32_t access) : Guarded(bytes) {
     region = t.register_memory(mem(), n, access);
   }
   uint8_t* mem() { return buf.data() + kGuard; }
@@ -77,11 +87,12 @@ struct Guarded {
       if (buf[i] != kGuardByte || buf[kGuard + n + i] != kGuardByte) return false;
     return true;
   }
-  bool zero() const {
+  bool all(uint8_t v) const {
     for (size_t i = 0; i < n; ++i)
-      if (buf[kGuard + i] != 0) return false;
+      if (buf[kGuard + i] != v) return false;
     return true;
   }
+  bool zero() const { return all(0); }
 };
 
 // Two connected transports a -> b, with b's region imported at a.
@@ -90,7 +101,10 @@ struct LoopPair {
   PeerId ab = 0, ba = 0;  // a's number for b, b's for a
   explicit LoopPair(size_t depth = 1024, std::chrono::milliseconds timeout = std::chrono::seconds(20),
                     const std::string& provider = "loop")
-      : a(make_transport(provider, "rank A", depth, timeout)), b(make_transport(provider, "rank B", depth, timeout)) {
+      : LoopPair(make_transport(provider, "rank A", depth, timeout),
+                 make_transport(provider, "rank B", depth, timeout)) {}
+  // Connects `ta` ("rank A") and `tb` ("rank B").
+  LoopPair(std::unique_ptr<MsgTransport> ta, std::unique_ptr<MsgTransport> tb) : a(std::move(ta)), b(std::move(tb)) {
     ab = a->connect(b->address(), "rank B");
     ba = b->connect(a->address(), "rank A");
   }
@@ -100,6 +114,15 @@ struct LoopPair {
     EXPECT_EQ(wait_completions(*a, 1, v, {b.get()}), 1u) << "no completion within the bound";
     return v.empty() ? Completion{~0ull, 0, Status::Pending} : v[0];
   }
+};
+
+// Channel events kept for a test that plays a raw peer: the messages it got.
+struct Collector : transport::ChannelEvents {
+  std::deque<std::vector<uint8_t>> msgs;
+  void on_message(uint32_t, const uint8_t* d, size_t n) override { msgs.emplace_back(d, d + n); }
+  void on_stranger(std::string_view, const uint8_t*, size_t) override {}
+  void on_sent(uint64_t, bool) override {}
+  void on_peer_lost(uint32_t, const std::string&) override {}
 };
 
 }  // namespace kinet::test
