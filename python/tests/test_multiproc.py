@@ -40,24 +40,34 @@ def expected_allgather(n):
     return [(f"rank {i} ".encode() * (i + 1)).hex() for i in range(n)]
 
 
+def rank_config(rank, n, prefix, store, timeout=30, **extra):
+    """rank_worker.py's config for `rank` of `n` meeting through `store`."""
+    c = {"rank": rank, "nranks": n, "prefix": prefix, "timeout": timeout, "store": store}
+    c.update(extra)
+    return c
+
+
+def check_group(test, results, n):
+    """Asserts (on `test`) that every rank of `results` exited 0 and saw the group's collectives."""
+    for r, (rc, res, stderr) in enumerate(results):
+        test.assertEqual(rc, 0, f"rank {r}: {res} {stderr}")
+        test.assertEqual((res["rank"], res["nranks"]), (r, n))
+        test.assertEqual(res["allgather"], expected_allgather(n))
+        test.assertEqual(bytes.fromhex(res["broadcast"]), b"root says hi")
+        test.assertEqual(res["ring"], f"{(r - 1) % n}->{r}")
+
+
 class MultiprocTest(unittest.TestCase):
     def setUp(self):
         self.server = StoreServer()
         self.addCleanup(self.server.close)
 
     def config(self, rank, n, prefix, timeout=30, **extra):
-        c = {"rank": rank, "nranks": n, "prefix": prefix, "timeout": timeout,
-             "store": {"kind": "server", "address": list(self.server.address)}}
-        c.update(extra)
-        return c
+        store = extra.pop("store", {"kind": "server", "address": list(self.server.address)})
+        return rank_config(rank, n, prefix, store, timeout, **extra)
 
     def check_group(self, results, n):
-        for r, (rc, res, stderr) in enumerate(results):
-            self.assertEqual(rc, 0, f"rank {r}: {res} {stderr}")
-            self.assertEqual((res["rank"], res["nranks"]), (r, n))
-            self.assertEqual(res["allgather"], expected_allgather(n))
-            self.assertEqual(bytes.fromhex(res["broadcast"]), b"root says hi")
-            self.assertEqual(res["ring"], f"{(r - 1) % n}->{r}")
+        check_group(self, results, n)
 
     def test_two_ranks_and_their_comm(self):
         prefix = f"two-{os.getpid()}"

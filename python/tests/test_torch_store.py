@@ -14,7 +14,7 @@ import time
 import unittest
 
 import kinet
-from test_multiproc import BOUND, expected_allgather, spawn
+from test_multiproc import BOUND, check_group, rank_config, spawn
 
 try:
     import torch.distributed as dist
@@ -32,21 +32,11 @@ class TorchStoreTest(unittest.TestCase):
         self.port = self.master.port
 
     def group(self, n, prefix, **extra):
-        cfgs = []
-        for r in range(n):
-            c = {"rank": r, "nranks": n, "prefix": prefix, "timeout": 30,
-                 "store": {"kind": "torch", "host": "127.0.0.1", "port": self.port}}
-            c.update(extra)
-            cfgs.append(c)
-        return spawn(cfgs)
+        store = {"kind": "torch", "host": "127.0.0.1", "port": self.port}
+        return spawn([rank_config(r, n, prefix, store, **extra) for r in range(n)])
 
     def check(self, results, n):
-        for r, (rc, res, stderr) in enumerate(results):
-            self.assertEqual(rc, 0, f"rank {r}: {res} {stderr}")
-            self.assertEqual((res["rank"], res["nranks"]), (r, n))
-            self.assertEqual(res["allgather"], expected_allgather(n))
-            self.assertEqual(bytes.fromhex(res["broadcast"]), b"root says hi")
-            self.assertEqual(res["ring"], f"{(r - 1) % n}->{r}")
+        check_group(self, results, n)
 
     def test_tcp_store_two_processes_and_their_comm(self):
         prefix = f"torch-two-{os.getpid()}"
