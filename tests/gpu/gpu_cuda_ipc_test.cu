@@ -214,119 +214,111 @@ int phase1_target_check(Transport& t, const uint8_t* tg, const uint8_t* h) {
   return 0;
 }
 
-int child(const std::string& role, const std::string& provider, const std::string& id_hex) {
-  const char* who = role.c_str();
+int child(Child& c) {
+  const char* who = c.who;
+  const bool req = c.req;
+  const std::string& provider = c.opts.provider;
+  const std::unique_ptr<Bootstrap>& bs = c.bs;
+  std::unique_ptr<Transport> t;
+  std::string skip;
   try {
-    kgt::two::Child c;
-    if (const int rc = kgt::two::join(c, role, provider, id_hex, kTimeoutMs)) return rc;
-    const bool req = c.req;
-    const std::unique_ptr<Bootstrap>& bs = c.bs;
-    const TransportOptions& o = c.opts;
-    std::unique_ptr<Transport> t;
-    std::string skip;
-    try {
-      t = Transport::open(o);
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::NotSupported) throw;
-      skip = e.what();
-    }
-    // Both learn whether both could open before either waits on the other.
-    const uint8_t ok = skip.empty();
-    const auto oks = bs->allgather(&ok, 1);
-    if (!skip.empty() || oks[0][0] == 0 || oks[1][0] == 0) {
-      std::printf("%s: SKIP %s\n", who, skip.empty() ? "the peer could not open cuda_ipc" : skip.c_str());
-      return 77;
-    }
-    std::printf("%s: %s\n", who, t->describe().c_str());
-    // ---- phase 1 ----
-    uint8_t* g = nullptr;
-    const size_t gbytes = req ? R_BYTES : T_BYTES;
-    if (cudaMalloc(&g, gbytes) != cudaSuccess) return fail(who, "cudaMalloc");
-    std::vector<uint8_t> host(H_BYTES, 0);
-    {
-      std::vector<uint8_t> init(gbytes, 0);
-      if (req) {
-        const std::vector<uint8_t> src = pattern(kBig, 0);
-        std::memcpy(init.data(), src.data(), kBig);
-      } else {
-        const std::vector<uint8_t> gp = pattern(kGetLen, 1);
-        std::memcpy(init.data() + T_GET, gp.data(), kGetLen);
-        std::memcpy(init.data() + T_WORDS + 16, &kWord0, 8);
-        const std::vector<uint8_t> hp = pattern(H_GET_LEN, 2);
-        std::memcpy(host.data() + H_GET, hp.data(), H_GET_LEN);
-      }
-      cudaMemcpy(g, init.data(), gbytes, cudaMemcpyHostToDevice);
-    }
-    auto rg = t->register_memory(g, gbytes, kAccessAll, MemoryKind::Gpu);
-    auto rh = t->register_memory(host.data(), H_BYTES, kAccessAll, MemoryKind::Host);
-    const auto mine = blob({t->address(), rg->remote_key().serialize(), rh->remote_key().serialize()});
-    const auto all = bs->allgather(mine.data(), mine.size());
-    const auto peer = unblob(all[req ? 1 : 0]);
-    if (peer.size() != 3) return fail(who, "bad blob from the peer");
-    const PeerId p = t->connect(peer[0], req ? "target" : "requester");
-    const RemoteKey kg = RemoteKey::deserialize(peer[1].data(), peer[1].size());
-    const RemoteKey kh = RemoteKey::deserialize(peer[2].data(), peer[2].size());
-    bs->barrier();  // both connected
-    int rc = 0;
-    if (req) {
-      rc = phase1_requester(*t, p, t->import_key(p, kg), t->import_key(p, kh), kg.addr, kh.addr, g);
-      bs->barrier();  // the requester is done
-    } else {
-      // Serve (the transport's target role) until the requester is done.
-      std::atomic<bool> stop{false};
-      std::thread server([&] {
-        Completion c[16];
-        while (!stop.load(std::memory_order_relaxed)) t->poll(c, 16);
-      });
-      bs->barrier();
-      stop = true;
-      server.join();
-      rc = phase1_target_check(*t, g, host.data());
-    }
-    const uint8_t ok1 = rc == 0;
-    const auto ok1s = bs->allgather(&ok1, 1);
-    if (ok1s[0][0] == 0 || ok1s[1][0] == 0) return rc ? rc : fail(who, "the peer failed phase 1");
-    std::printf("%s: phase 1 OK\n", who);
-    // ---- phase 2: a kernel through the proxy over cuda_ipc ----
-    constexpr size_t kBuf = kgt::two::kPosterBuf;
-    Proxy proxy(*t);
-    uint8_t* buf = nullptr;
-    if (cudaMalloc(&buf, kBuf) != cudaSuccess) return fail(who, "cudaMalloc");
-    kgt::two::poster_fill(buf, req, kWord0);
-    auto reg = proxy.register_memory(buf, kBuf, kAccessAll, MemoryKind::Gpu);
-    const auto key = reg->remote_key().serialize();
-    const auto keys = bs->allgather(key.data(), key.size());
-    const RemoteKey rkey = RemoteKey::deserialize(keys[req ? 1 : 0].data(), keys[req ? 1 : 0].size());
-    const transport::IpcStats before = stats(*t);
-    if (req) {
-      ProxyChannelConfig cc;
-      cc.slots = 16;
-      cc.posters = Posters::Gpu;
-      cc.timeout = std::chrono::milliseconds(kTimeoutMs);
-      ProxyChannel& ch = proxy.channel(p, cc);
-      if (!kgt::preload(k_poster<Sharing::Exclusive, ProxyHandle>)) return fail(who, "loading the kernel");
-      rc = kgt::two::poster_requester(who, ch, buf, reg->lkey(), rkey.addr, ch.import_key(rkey), kWord0, "kernel's ");
-      if (rc == 0 && stats(*t).refs <= before.refs) rc = fail(who, "the kernel's puts did not go by reference");
-    }
-    bs->barrier();  // the requester's kernel is done
-    if (!req) {
-      rc = kgt::two::poster_target(who, buf, "kernel's ");
-      if (rc == 0 && stats(*t).pulls <= before.pulls) rc = fail(who, "the kernel's puts were not pulled by reference");
-    }
-    std::printf("%s: phase 2 %s\n", who, stats_line(*t).c_str());
-    bs->barrier();  // both verified: tear down together
-    reg.reset();
-    rg.reset();
-    rh.reset();
-    cudaFree(buf);
-    cudaFree(g);
-    if (rc == 0) std::printf("%s over %s: OK\n", who, provider.c_str());
-    return rc;
+    t = Transport::open(c.opts);
   } catch (const Error& e) {
-    return fail(who, e.what());
-  } catch (const std::exception& e) {
-    return fail(who, e.what());
+    if (e.code() != ErrorCode::NotSupported) throw;
+    skip = e.what();
   }
+  // Both learn whether both could open before either waits on the other.
+  const uint8_t ok = skip.empty();
+  const auto oks = bs->allgather(&ok, 1);
+  if (!skip.empty() || oks[0][0] == 0 || oks[1][0] == 0) {
+    std::printf("%s: SKIP %s\n", who, skip.empty() ? "the peer could not open cuda_ipc" : skip.c_str());
+    return 77;
+  }
+  std::printf("%s: %s\n", who, t->describe().c_str());
+  // ---- phase 1 ----
+  uint8_t* g = nullptr;
+  const size_t gbytes = req ? R_BYTES : T_BYTES;
+  if (cudaMalloc(&g, gbytes) != cudaSuccess) return fail(who, "cudaMalloc");
+  std::vector<uint8_t> host(H_BYTES, 0);
+  {
+    std::vector<uint8_t> init(gbytes, 0);
+    if (req) {
+      const std::vector<uint8_t> src = pattern(kBig, 0);
+      std::memcpy(init.data(), src.data(), kBig);
+    } else {
+      const std::vector<uint8_t> gp = pattern(kGetLen, 1);
+      std::memcpy(init.data() + T_GET, gp.data(), kGetLen);
+      std::memcpy(init.data() + T_WORDS + 16, &kWord0, 8);
+      const std::vector<uint8_t> hp = pattern(H_GET_LEN, 2);
+      std::memcpy(host.data() + H_GET, hp.data(), H_GET_LEN);
+    }
+    cudaMemcpy(g, init.data(), gbytes, cudaMemcpyHostToDevice);
+  }
+  auto rg = t->register_memory(g, gbytes, kAccessAll, MemoryKind::Gpu);
+  auto rh = t->register_memory(host.data(), H_BYTES, kAccessAll, MemoryKind::Host);
+  const auto mine = blob({t->address(), rg->remote_key().serialize(), rh->remote_key().serialize()});
+  const auto all = bs->allgather(mine.data(), mine.size());
+  const auto peer = unblob(all[req ? 1 : 0]);
+  if (peer.size() != 3) return fail(who, "bad blob from the peer");
+  const PeerId p = t->connect(peer[0], req ? "target" : "requester");
+  const RemoteKey kg = RemoteKey::deserialize(peer[1].data(), peer[1].size());
+  const RemoteKey kh = RemoteKey::deserialize(peer[2].data(), peer[2].size());
+  bs->barrier();  // both connected
+  int rc = 0;
+  if (req) {
+    rc = phase1_requester(*t, p, t->import_key(p, kg), t->import_key(p, kh), kg.addr, kh.addr, g);
+    bs->barrier();  // the requester is done
+  } else {
+    // Serve (the transport's target role) until the requester is done.
+    std::atomic<bool> stop{false};
+    std::thread server([&] {
+      Completion c[16];
+      while (!stop.load(std::memory_order_relaxed)) t->poll(c, 16);
+    });
+    bs->barrier();
+    stop = true;
+    server.join();
+    rc = phase1_target_check(*t, g, host.data());
+  }
+  const uint8_t ok1 = rc == 0;
+  const auto ok1s = bs->allgather(&ok1, 1);
+  if (ok1s[0][0] == 0 || ok1s[1][0] == 0) return rc ? rc : fail(who, "the peer failed phase 1");
+  std::printf("%s: phase 1 OK\n", who);
+  // ---- phase 2: a kernel through the proxy over cuda_ipc ----
+  constexpr size_t kBuf = kgt::two::kPosterBuf;
+  Proxy proxy(*t);
+  uint8_t* buf = nullptr;
+  if (cudaMalloc(&buf, kBuf) != cudaSuccess) return fail(who, "cudaMalloc");
+  kgt::two::poster_fill(buf, req, kWord0);
+  auto reg = proxy.register_memory(buf, kBuf, kAccessAll, MemoryKind::Gpu);
+  const auto key = reg->remote_key().serialize();
+  const auto keys = bs->allgather(key.data(), key.size());
+  const RemoteKey rkey = RemoteKey::deserialize(keys[req ? 1 : 0].data(), keys[req ? 1 : 0].size());
+  const transport::IpcStats before = stats(*t);
+  if (req) {
+    ProxyChannelConfig cc;
+    cc.slots = 16;
+    cc.posters = Posters::Gpu;
+    cc.timeout = std::chrono::milliseconds(kTimeoutMs);
+    ProxyChannel& ch = proxy.channel(p, cc);
+    if (!kgt::preload(k_poster<Sharing::Exclusive, ProxyHandle>)) return fail(who, "loading the kernel");
+    rc = kgt::two::poster_requester(who, ch, buf, reg->lkey(), rkey.addr, ch.import_key(rkey), kWord0, "kernel's ");
+    if (rc == 0 && stats(*t).refs <= before.refs) rc = fail(who, "the kernel's puts did not go by reference");
+  }
+  bs->barrier();  // the requester's kernel is done
+  if (!req) {
+    rc = kgt::two::poster_target(who, buf, "kernel's ");
+    if (rc == 0 && stats(*t).pulls <= before.pulls) rc = fail(who, "the kernel's puts were not pulled by reference");
+  }
+  std::printf("%s: phase 2 %s\n", who, stats_line(*t).c_str());
+  bs->barrier();  // both verified: tear down together
+  reg.reset();
+  rg.reset();
+  rh.reset();
+  cudaFree(buf);
+  cudaFree(g);
+  if (rc == 0) std::printf("%s over %s: OK\n", who, provider.c_str());
+  return rc;
 }
 
 KGT_TEST(cuda_ipc_two_processes_one_gpu) {
@@ -338,4 +330,4 @@ KGT_TEST(cuda_ipc_two_processes_one_gpu) {
 }
 }  // namespace
 
-int main(int argc, char** argv) { return kgt::two::main(argc, argv, child); }
+int main(int argc, char** argv) { return kgt::two::main(argc, argv, false, child); }

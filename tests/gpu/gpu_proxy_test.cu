@@ -207,51 +207,40 @@ std::vector<uint8_t> blob_pair(const std::vector<uint8_t>& a, const std::vector<
 // Requester: a kernel runs the poster through its proxy into the target's
 // GPU memory. Target: its proxy thread serves the operations (the transport's
 // target role); it checks its memory after the requester is done.
-int child(const std::string& role, const std::string& provider, const std::string& id_hex) {
-  const char* who = role.c_str();
-  try {
-    kgt::two::Child c;
-    if (const int rc = kgt::two::join(c, role, provider, id_hex, kTimeoutMs)) return rc;
-    const bool req = c.req;
-    auto t = Transport::open(c.opts);
-    Proxy proxy(*t);
-    uint8_t* buf = nullptr;
-    if (cudaMalloc(&buf, kgt::two::kPosterBuf) != cudaSuccess) return fail(who, "cudaMalloc");
-    const uint64_t word0 = 1000;
-    kgt::two::poster_fill(buf, req, word0);
-    auto reg = proxy.register_memory(buf, kgt::two::kPosterBuf, kAccessAll, MemoryKind::Gpu);
-    const auto mine = blob_pair(t->address(), reg->remote_key().serialize());
-    const auto all = c.bs->allgather(mine.data(), mine.size());
-    const auto& peer = all[req ? 1 : 0];
-    uint32_t n = 0;
-    if (peer.size() < 4) return fail(who, "short blob from the peer");
-    std::memcpy(&n, peer.data(), 4);
-    if (n > peer.size() - 4) return fail(who, "bad blob from the peer");
-    const std::vector<uint8_t> addr(peer.data() + 4, peer.data() + 4 + n);
-    const RemoteKey rkey = RemoteKey::deserialize(peer.data() + 4 + n, peer.size() - 4 - n);
-    const PeerId p = t->connect(addr, req ? "target" : "requester");
-    c.bs->barrier();  // both connected
-    int rc = 0;
-    if (req) {
-      ProxyChannel& ch = proxy.channel(p, gpu_channel(16));
-      rc = kgt::two::poster_requester(who, ch, buf, reg->lkey(), rkey.addr, ch.import_key(rkey), word0, "");
-    }
-    c.bs->barrier();  // the requester is done
-    if (!req) rc = kgt::two::poster_target(who, buf, "");
-    c.bs->barrier();  // both verified: tear down together
-    reg.reset();
-    cudaFree(buf);
-    if (rc == 0) std::printf("%s over %s: OK\n", who, provider.c_str());
-    return rc;
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::NotSupported) {
-      std::printf("%s: SKIP %s\n", who, e.what());
-      return 77;
-    }
-    return fail(who, e.what());
-  } catch (const std::exception& e) {
-    return fail(who, e.what());
+int child(Child& c) {
+  const char* who = c.who;
+  const bool req = c.req;
+  const std::string& provider = c.opts.provider;
+  auto t = Transport::open(c.opts);
+  Proxy proxy(*t);
+  uint8_t* buf = nullptr;
+  if (cudaMalloc(&buf, kgt::two::kPosterBuf) != cudaSuccess) return fail(who, "cudaMalloc");
+  const uint64_t word0 = 1000;
+  kgt::two::poster_fill(buf, req, word0);
+  auto reg = proxy.register_memory(buf, kgt::two::kPosterBuf, kAccessAll, MemoryKind::Gpu);
+  const auto mine = blob_pair(t->address(), reg->remote_key().serialize());
+  const auto all = c.bs->allgather(mine.data(), mine.size());
+  const auto& peer = all[req ? 1 : 0];
+  uint32_t n = 0;
+  if (peer.size() < 4) return fail(who, "short blob from the peer");
+  std::memcpy(&n, peer.data(), 4);
+  if (n > peer.size() - 4) return fail(who, "bad blob from the peer");
+  const std::vector<uint8_t> addr(peer.data() + 4, peer.data() + 4 + n);
+  const RemoteKey rkey = RemoteKey::deserialize(peer.data() + 4 + n, peer.size() - 4 - n);
+  const PeerId p = t->connect(addr, req ? "target" : "requester");
+  c.bs->barrier();  // both connected
+  int rc = 0;
+  if (req) {
+    ProxyChannel& ch = proxy.channel(p, gpu_channel(16));
+    rc = kgt::two::poster_requester(who, ch, buf, reg->lkey(), rkey.addr, ch.import_key(rkey), word0, "");
   }
+  c.bs->barrier();  // the requester is done
+  if (!req) rc = kgt::two::poster_target(who, buf, "");
+  c.bs->barrier();  // both verified: tear down together
+  reg.reset();
+  cudaFree(buf);
+  if (rc == 0) std::printf("%s over %s: OK\n", who, provider.c_str());
+  return rc;
 }
 
 KGT_TEST(proxy_two_processes_one_gpu) {
@@ -266,4 +255,4 @@ KGT_TEST(proxy_two_processes_one_gpu) {
 }
 }  // namespace
 
-int main(int argc, char** argv) { return kgt::two::main(argc, argv, child); }
+int main(int argc, char** argv) { return kgt::two::main(argc, argv, true, child); }

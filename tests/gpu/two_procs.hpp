@@ -111,7 +111,8 @@ inline int poster_requester(const char* who, kinet::ProxyChannel& ch, uint8_t* b
   std::vector<uint8_t> got(kinet::test::kPosterLocalBytes);
   cudaMemcpy(got.data(), buf, got.size(), cudaMemcpyDeviceToHost);
   const std::vector<uint8_t> theirs = pattern(kPosterBuf, 1);
-  if (rc == 0 && std::memcmp(got.data() + 4096, theirs.data() + 4096, 2000) != 0) rc = fail(who, what + "get data wrong");
+  if (rc == 0 && std::memcmp(got.data() + 4096, theirs.data() + 4096, 2000) != 0)
+    rc = fail(who, what + "get data wrong");
   uint64_t res[3];
   std::memcpy(res, got.data() + 8192, 24);
   if (rc == 0 && (res[0] != word0 || res[1] != word0 + 5 || res[2] != 77))
@@ -158,12 +159,34 @@ inline int run_pair(const std::string& provider, const std::string& label) {
   return rc;
 }
 
-// main: a child (`--role R --transport P --id HEX`) runs `child`; the parent
-// runs the KGT tests (no GPU: exit 77).
-template <class F> int main(int argc, char** argv, F child) {
+// A child: join(), then body(Child&) gives the exit status. An exception is
+// a FAIL line (1); with `skip_unsupported`, ErrorCode::NotSupported is a SKIP
+// line (77) instead.
+template <class F>
+int run_child(const std::string& role, const std::string& provider, const std::string& id_hex,
+              bool skip_unsupported, F body) {
+  const char* who = role.c_str();
+  try {
+    Child c;
+    if (const int rc = join(c, role, provider, id_hex, kTimeoutMs)) return rc;
+    return body(c);
+  } catch (const kinet::Error& e) {
+    if (skip_unsupported && e.code() == kinet::ErrorCode::NotSupported) {
+      std::printf("%s: SKIP %s\n", who, e.what());
+      return 77;
+    }
+    return fail(who, e.what());
+  } catch (const std::exception& e) {
+    return fail(who, e.what());
+  }
+}
+
+// main: a child (`--role R --transport P --id HEX`) runs run_child(...,
+// skip_unsupported, body); the parent runs the KGT tests (no GPU: exit 77).
+template <class F> int main(int argc, char** argv, bool skip_unsupported, F body) {
   if (argc == 7 && std::string(argv[1]) == "--role" && std::string(argv[3]) == "--transport" &&
       std::string(argv[5]) == "--id")
-    return child(argv[2], argv[4], argv[6]);
+    return run_child(argv[2], argv[4], argv[6], skip_unsupported, body);
   return run_all(argc, argv);
 }
 
