@@ -71,7 +71,7 @@ inline int join(Child& c, const std::string& role, const std::string& provider, 
   return 0;
 }
 
-// The poster's buffer, kBuf bytes of GPU memory: the requester's source and
+// The poster's buffer, kPosterBuf bytes of GPU memory: the requester's source and
 // zeroed results, or the target's bytes with the atomic word `word0` and a
 // zero signal word.
 constexpr size_t kPosterBuf = 1 << 16;
