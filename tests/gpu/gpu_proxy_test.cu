@@ -5,7 +5,8 @@
 //     sides, same statuses and bytes;
 //   - many CTAs of posters on one shared channel (warp-aggregated
 //     reservations), and the warp_put / cta_put variants;
-//   - two processes on one GPU over "tcp" (the binary spawns itself as
+//   - two processes on one GPU over "tcp", "ucx" and "ofi" (each skipped
+//     when not built or can't start; the binary spawns itself as
 //     --role requester|target --id HEX; exit 77 without a GPU).
 // Every wait is bounded: device waits by the channel timeout, the bootstrap
 // by its timeout, the children by the parent's deadline.
@@ -246,7 +247,7 @@ int child(Child& c) {
 KGT_TEST(proxy_two_processes_one_gpu) {
   setenv("KINET_SOCKET_IFNAME", "=lo", 1);  // both processes meet on loopback
   int ran = 0;
-  for (const char* p : {"tcp", "ucx"}) {
+  for (const char* p : {"tcp", "ucx", "ofi"}) {
     const int rc = kgt::two::run_pair(p, std::string("proxy: two processes, one GPU, over ") + p);
     CHECK(rc != 1, "two processes over %s failed", p);
     ran += rc == 0;
