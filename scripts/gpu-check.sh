@@ -39,7 +39,7 @@ host_suite=$tests
 cmake -S . -B "$bd" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKINET_CUDA=ON \
   "-DKINET_CUDA_ARCHITECTURES=$arch" -DKINET_BUILD_TESTS=$tests > "$out/build.log" 2>&1 ||
   { tail -30 "$out/build.log"; exit 1; }
-gpu_targets=$(sed -n 's/^add_executable(\(kinet-gpu-[a-z0-9-]*\).*/\1/p' tests/gpu/CMakeLists.txt | tr '\n' ' ')
+gpu_targets=$(sed -n 's/^kinet_gpu_test([a-z_.]* \(kinet-gpu-[a-z0-9-]*\) .*/\1/p' tests/gpu/CMakeLists.txt | tr '\n' ' ')
 targets="kinet $gpu_targets"
 [ -z "${SKIP_BENCH:-}" ] && targets="$targets kinet-perf" && [ -f bench/CMakeLists.txt ] && targets="$targets kinet-post-rate"
 cmake --build "$bd" -j "$(nproc)" --target $targets >> "$out/build.log" 2>&1 ||
