@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "test_util.hpp"
 #include "transport_rig.hpp"
 
 namespace kinet::test {
@@ -553,4 +554,23 @@ TEST(TransportEdges, AtomicsAreAtomicWithTheTargetsCpuAtomics) {
   EXPECT_GT(local_adds, 0u);
 }
 }  // namespace
+// Imported keys are capped (2^20 per transport: they are read without a lock
+// from fixed chunks): the key one past the cap is ResourceExhausted and takes
+// nothing; the last one that fit still serves a put.
+TEST(TransportEdges, ImportedKeysCapIsExactAndTheLastKeyWorks) {
+  LoopPair p;
+  Target t(p, 64);  // key id 0
+  const RemoteKey k = t.region->remote_key();
+  constexpr uint32_t kCap = 1u << 20;
+  uint32_t last = 0;
+  for (uint32_t i = 1; i < kCap; ++i) last = p.a->import_key(p.ab, k);
+  ASSERT_EQ(last, kCap - 1);
+  expect_error([&] { p.a->import_key(p.ab, k); }, ErrorCode::ResourceExhausted, "keys imported already");
+  const uint64_t v = 0x1122334455667788ull;
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, last, t.base() + 8, 5), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+  EXPECT_EQ(std::memcmp(t.mem.data() + 8, &v, 8), 0);
+  EXPECT_EQ(p.a->put(p.ab, &v, 8, kCap, t.base(), 6), Status::InvalidArgument);  // never issued
+}
+
 }  // namespace kinet::test
