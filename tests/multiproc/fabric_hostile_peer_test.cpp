@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -382,9 +383,20 @@ TEST(FabricHostilePeer, NoHelloFailsToRtr) {
 }
 
 // Nobody listens there: refused until the bound, then an error naming it.
+// The port stays bound, not listening, for the whole test: a port merely
+// freed could be taken by a listener of a test running beside this one (it
+// was, once, in CI), and then to_rtr reached it.
 TEST(FabricHostilePeer, NobodyListening) {
-  std::string ep;
-  { FakePeer fp([](fab::TcpLink&) {}); ep = fp.endpoint(); }  // its port is free again
+  kinet::bs::Fd held(::socket(AF_INET, SOCK_STREAM, 0));
+  ASSERT_GE(held.get(), 0) << std::strerror(errno);
+  kinet::bs::SockAddr bound;
+  auto* a = reinterpret_cast<sockaddr_in*>(&bound.ss);
+  a->sin_family = AF_INET;
+  a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bound.len = sizeof(sockaddr_in);
+  ASSERT_EQ(::bind(held.get(), reinterpret_cast<sockaddr*>(&bound.ss), bound.len), 0) << std::strerror(errno);
+  ASSERT_EQ(::getsockname(held.get(), reinterpret_cast<sockaddr*>(&bound.ss), &bound.len), 0) << std::strerror(errno);
+  const std::string ep = fab::tcp_endpoint(bound);
   Rig r(ep);
   r.qp->to_init(kinet::kAccessAll);
   try {
