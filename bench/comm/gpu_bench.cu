@@ -60,14 +60,16 @@ __device__ void note(int* err, Status s) {
 
 // [0, bytes) of my part of w to [dst_off, +bytes) of the peer's part: each
 // CTA puts 16-byte-aligned chunks of `chunk` bytes round-robin (0: one slice
-// per CTA). Chunks larger than a CTA's even share shrink to it.
-__global__ void __launch_bounds__(1024) k_put_bw(CommHandle c, WindowHandle w, uint64_t dst_off, uint64_t bytes,
+// per CTA). Chunks larger than a CTA's even share shrink to it. It takes 64
+// registers (2 CTAs of 512 per SM); capped at 32 for a full SM it spills in
+// the copy loop and runs at 0.6x.
+__global__ void __launch_bounds__(1024) k_put_bw(CommHandle c, int to, WindowHandle w, uint64_t dst_off, uint64_t bytes,
                                                  uint64_t chunk, int* err) {
   const uint64_t share = ((bytes + gridDim.x - 1) / gridDim.x + 15) & ~uint64_t{15};
   const uint64_t per = chunk ? std::min(share, (chunk + 15) & ~uint64_t{15}) : share;
   Status s = Status::Ok;
   for (uint64_t off = blockIdx.x * per; off < bytes && s == Status::Ok; off += uint64_t(gridDim.x) * per)
-    s = dev::cta_put(c, 1 - c.rank, w, dst_off + off, w, off, std::min(per, bytes - off));
+    s = dev::cta_put(c, to, w, dst_off + off, w, off, std::min(per, bytes - off));
   if (threadIdx.x == 0) note(err, s);
 }
 
@@ -169,6 +171,7 @@ class Rank {
  private:
   uint64_t agree(uint64_t mine, uint64_t* theirs = nullptr);  // rank 0's value; the other's in *theirs
   void check_err(const char* what);
+  uint32_t bw_ctas(uint64_t bytes) const;           // of kinet's put kernel at this size
   float time_put(uint64_t bytes, uint64_t iters);   // ms
   float time_copy(uint64_t bytes, uint64_t iters);  // ms
   uint64_t mismatches(const uint8_t* p, uint64_t bytes, uint32_t seed, const char* what);
@@ -273,10 +276,15 @@ void Rank::setup() {
   comm_->barrier();
 }
 
+uint32_t Rank::bw_ctas(uint64_t bytes) const {
+  const uint64_t per_cta = uint64_t{o_.bw_threads} * o_.bw_bytes_per_thread;
+  return per_cta ? uint32_t(std::clamp<uint64_t>((bytes + per_cta - 1) / per_cta, 1, grid_)) : grid_;
+}
+
 float Rank::time_put(uint64_t bytes, uint64_t iters) {
   ck(cudaEventRecord(e0_, s_), "cudaEventRecord");
   for (uint64_t i = 0; i < iters; ++i)
-    k_put_bw<<<grid_, o_.bw_threads, 0, s_>>>(c_, bw_->handle(), o_.bw_max, bytes, o_.bw_chunk, err_);
+    k_put_bw<<<bw_ctas(bytes), o_.bw_threads, 0, s_>>>(c_, o_.bw_self ? r_ : 1 - r_, bw_->handle(), o_.bw_max, bytes, o_.bw_chunk, err_);
   k_quiet<<<1, 1, 0, s_>>>(c_, err_);
   ck(cudaEventRecord(e1_, s_), "cudaEventRecord");
   check_err("k_put_bw");
@@ -312,10 +320,11 @@ uint64_t Rank::mismatches(const uint8_t* p, uint64_t bytes, uint32_t seed, const
 
 void Rank::bandwidth() {
   uint8_t* mine = static_cast<uint8_t*>(bw_->local());
+  const int receiver = o_.bw_self ? 0 : 1;
   if (r_ == 0) print_bw_header(run_);
   for (uint64_t n = o_.bw_min; n <= o_.bw_max; n *= o_.bw_factor) {
     pr_.step("put bandwidth " + human(n));
-    if (r_ == 1) {
+    if (r_ == receiver) {
       ck(cudaMemsetAsync(mine + o_.bw_max, 0, n, s_), "cudaMemset");
       check_err("clear");
     }
@@ -323,12 +332,15 @@ void Rank::bandwidth() {
     // One pass checked on the receiving side; its time sets #iterations.
     const float one = r_ == 0 ? time_put(n, 1) : 0.f;
     agree(0);
-    uint64_t bad = r_ == 1 ? mismatches(mine + o_.bw_max, n, 1, "put") : 0;
-    agree(0, &bad);
+    uint64_t bad = r_ == receiver ? mismatches(mine + o_.bw_max, n, 1, "put") : 0;
+    uint64_t their_bad = 0;
+    agree(bad, &their_bad);
+    if (r_ != receiver) bad = their_bad;
     if (r_ == 0) {
       BwRow row;
       row.bytes = n;
       row.verified = bad == 0;
+      row.ctas = bw_ctas(n);
       row.iters = uint32_t(clamp_count(o_.trial_ms / std::max(one, 1e-3f), 3, 10000));
       time_copy(n, 1);  // warm-up
       std::vector<double> k, b;
@@ -451,6 +463,7 @@ std::string gpu_rank(int r, Bootstrap& bs, const GpuOpts& o) {
   run.transport = o.transport;
   run.bw_threads = o.bw_threads;
   run.bw_chunk = o.bw_chunk;
+  run.bw_bytes_per_thread = o.bw_bytes_per_thread;
   run.lat_cta_threads = o.lat_cta_threads;
   run.trials = o.trials;
   run.launches = o.launches;

@@ -18,7 +18,18 @@ struct GpuOpts {
   std::string command_line;
   uint64_t bw_min = uint64_t{1} << 20, bw_max = uint64_t{256} << 20;
   uint32_t bw_factor = 2;            // sizes bw_min * factor^k
-  uint32_t ctas_per_sm = 0;          // 0: as many as fit (occupancy)
+  // put_bw grid: at most SMs x this. More CTAs than fit at once queue up, and
+  // SMs that finish early take the next ones: on an H200, 8 per SM ran the
+  // HBM-bound sizes at 0.93-0.94x cudaMemcpy, one resident wave at 0.89-0.91x
+  // (docs/PERFORMANCE.md section 8). 0: as many as fit at once (occupancy).
+  uint32_t ctas_per_sm = 8;
+  // A put of B bytes runs on at most B / (bw_threads x this) CTAs, so each
+  // thread has a full round of in-flight loads (group_copy: 8 x 16 bytes);
+  // 0: always the whole grid. Smaller puts then leave SMs idle, as a user's
+  // kernel sized to its data would; a whole grid spread too thin runs 5-20 %
+  // slower at 8-32 MiB on an H200 (docs/PERFORMANCE.md section 8).
+  uint32_t bw_bytes_per_thread = 128;
+  bool bw_self = false;              // diagnosis: rank 0 puts into its own window (path self), no peer mapping
   uint32_t bw_threads = 512;
   // Each CTA puts chunks of this many bytes round-robin (CTA b: chunks b,
   // b + grid, ...), so the whole grid sweeps the buffer front to back; 0: one

@@ -60,24 +60,27 @@ void print_bw_header(const GpuRun& r) {
   std::printf(" Ranks           : 2 processes on one GPU (%s, %d SMs), path %s\n", r.gpu.c_str(), r.sms,
               r.path.c_str());
   if (r.bw_chunk)
-    std::printf(" kinet           : dev::cta_put, %u CTAs x %u threads, %llu-byte chunks round-robin\n", r.bw_grid,
-                r.bw_threads, static_cast<unsigned long long>(r.bw_chunk));
+    std::printf(" kinet           : dev::cta_put, up to %u CTAs x %u threads, %llu-byte chunks round-robin\n",
+                r.bw_grid, r.bw_threads, static_cast<unsigned long long>(r.bw_chunk));
   else
-    std::printf(" kinet           : dev::cta_put, %u CTAs x %u threads, each its slice of the buffer\n", r.bw_grid,
-                r.bw_threads);
+    std::printf(" kinet           : dev::cta_put, up to %u CTAs x %u threads, each its slice of the buffer\n",
+                r.bw_grid, r.bw_threads);
+  if (r.bw_bytes_per_thread)
+    std::printf(" CTAs            : at most #bytes / (%u threads x %u bytes), the whole grid from there\n",
+                r.bw_threads, r.bw_bytes_per_thread);
   std::printf(" Baseline        : cudaMemcpyAsync device-to-device of the same bytes on the same GPU\n");
   std::printf(" Reported        : GB/s = 10^9 bytes/s, CUDA events over #iterations, median of %d trials\n",
               r.trials);
   std::printf(" Goal (issue 11) : kinet/baseline >= 0.9 from 1 MiB up\n");
   std::printf("%s\n", kRule);
-  std::printf(" %-12s %-12s %-16s %-20s %-16s %s\n", "#bytes", "#iterations", "kinet[GB/s]", "cudaMemcpy[GB/s]",
-              "kinet/baseline", "data");
+  std::printf(" %-12s %-12s %-6s %-16s %-20s %-16s %s\n", "#bytes", "#iterations", "#CTAs", "kinet[GB/s]",
+              "cudaMemcpy[GB/s]", "kinet/baseline", "data");
   std::fflush(stdout);
 }
 
 void print_bw_row(const BwRow& b) {
-  std::printf(" %-12llu %-12u %-16.1f %-20.1f %-16.3f %s\n", static_cast<unsigned long long>(b.bytes), b.iters,
-              b.kinet_gbps, b.base_gbps, b.ratio(), b.verified ? "ok" : "WRONG");
+  std::printf(" %-12llu %-12u %-6u %-16.1f %-20.1f %-16.3f %s\n", static_cast<unsigned long long>(b.bytes), b.iters,
+              b.ctas, b.kinet_gbps, b.base_gbps, b.ratio(), b.verified ? "ok" : "WRONG");
   std::fflush(stdout);
 }
 
@@ -127,12 +130,13 @@ nlohmann::ordered_json to_json(const GpuRun& r) {
   j["path"] = r.path;
   j["transport"] = r.transport;
   j["comm_report"] = r.comm_report;
-  j["config"] = {{"bw_grid", r.bw_grid},   {"bw_threads", r.bw_threads}, {"bw_chunk", r.bw_chunk}, {"lat_cta_threads", r.lat_cta_threads},
+  j["config"] = {{"bw_grid", r.bw_grid},   {"bw_threads", r.bw_threads}, {"bw_chunk", r.bw_chunk}, {"bw_bytes_per_thread", r.bw_bytes_per_thread}, {"lat_cta_threads", r.lat_cta_threads},
                  {"bw_trials", r.trials},  {"lat_launches", r.launches}};
   json bw = json::array();
   for (const auto& b : r.bw)
     bw.push_back({{"bytes", b.bytes},
                   {"iterations", b.iters},
+                  {"ctas", b.ctas},
                   {"kinet_GBps", num(b.kinet_gbps)},
                   {"cudaMemcpy_GBps", num(b.base_gbps)},
                   {"ratio", num(b.ratio())},

@@ -15,6 +15,7 @@ namespace kcp {
 struct BwRow {
   uint64_t bytes = 0;
   uint32_t iters = 0;          // operations per timed trial
+  uint32_t ctas = 0;           // of kinet's kernel at this size
   double kinet_gbps = 0;       // median over the trials, 10^9 bytes/s
   double base_gbps = 0;
   bool verified = false;       // the peer's copy matched, byte for byte
@@ -42,6 +43,7 @@ struct GpuRun {
   int sms = 0;
   uint32_t bw_grid = 0, bw_threads = 0, lat_cta_threads = 0;
   uint64_t bw_chunk = 0;  // GpuOpts::bw_chunk
+  uint32_t bw_bytes_per_thread = 0;  // GpuOpts::bw_bytes_per_thread
   int trials = 0, launches = 0;
   std::vector<BwRow> bw;
   std::vector<LatRow> lat;
