@@ -1,8 +1,7 @@
 // The provider's own benchmark, run as a separate pair of processes on
 // loopback with the same transport settings (the environment is inherited).
 // To add a provider: a function like ucx_perftest() below, and a line in
-// run_baseline(). libfabric: fi_pingpong -p tcp (server, then client to
-// 127.0.0.1) reports latency and bandwidth per size.
+// run_baseline().
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -75,6 +74,22 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// Runs a benchmark's server and client; the client is retried for a while
+// (bounded), as the server may not listen yet. Returns the client's exit
+// code and its output.
+int run_pair(const std::vector<std::string>& srv, const std::vector<std::string>& cli, std::string* out) {
+  std::string srv_out;
+  std::thread server([&] { run_capture(srv, &srv_out, std::chrono::seconds(120)); });
+  int rc = -1;
+  for (int attempt = 0; attempt < 100 && rc != 0; ++attempt) {
+    out->clear();
+    rc = run_capture(cli, out, std::chrono::seconds(120));
+    if (rc != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  server.join();
+  return rc;
+}
+
 // ucx_perftest's -f -v output ends with a CSV line:
 // iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr
 void ucx_perftest(const Options& o, bool latency, Row& row, int port) {
@@ -87,18 +102,8 @@ void ucx_perftest(const Options& o, bool latency, Row& row, int port) {
   // kinet's endpoints use peer error handling where the transport has it (tcp): so does the baseline.
   if (o.tls.find("tcp") != std::string::npos) srv.push_back("-e"), cli.push_back("-e");
   row.base_cmd = join(srv) + " & " + join(cli);
-  std::string srv_out;
-  std::thread server([&] { run_capture(srv, &srv_out, std::chrono::seconds(120)); });
   std::string out;
-  int rc = -1;
-  // The server may not listen yet: retry the client for a while (bounded).
-  for (int attempt = 0; attempt < 100 && rc != 0; ++attempt) {
-    out.clear();
-    rc = run_capture(cli, &out, std::chrono::seconds(120));
-    if (rc != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  server.join();
-  if (rc != 0) {
+  if (run_pair(srv, cli, &out) != 0) {
     row.base_note = "ucx_perftest failed (is ucx-utils installed?): " + out.substr(0, 200);
     return;
   }
@@ -118,10 +123,73 @@ void ucx_perftest(const Options& o, bool latency, Row& row, int port) {
   row.base = latency ? f[1] : f[5];  // median latency (us, half round trip); overall bandwidth (MiB/s)
 }
 
+// fi_pingpong (libfabric-bin) over the endpoint type kinet's ofi channel uses
+// (RDM; tcp;ofi_rxm here), the provider FI_PROVIDER names (default tcp), with
+// the queue sizes kinet's channel asks for (FI_OFI_RXM_TX_SIZE / RX_SIZE 256
+// unless set) and the FI_OFI_RXM_BUFFER_SIZE kinet ran with (inherited). Its
+// line per size: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec,
+// usec/xfer the mean one-way time (two transfers per iteration). Its clock
+// includes its start (connection setup, first registrations: ~25 ms for 8 B,
+// ~470 ms for 64 KiB here, +-20 ms), so it runs N and 4N iterations and the
+// baseline is the marginal time per transfer, (T(4N) - T(N)) / (2 x 3N), the
+// median of three such pairs.
+void fi_pingpong(const Options& o, bool latency, Row& row, int port) {
+  setenv("FI_OFI_RXM_TX_SIZE", "256", 0);
+  setenv("FI_OFI_RXM_RX_SIZE", "256", 0);
+  const uint64_t n = latency ? o.lat_iters : std::max<uint64_t>(32, 2 * o.bw_bytes / row.size);
+  const char* prov = std::getenv("FI_PROVIDER");
+  auto total_us = [&](uint64_t iters, int p, double* us) {
+    std::vector<std::string> common{"fi_pingpong", "-p", prov && *prov ? prov : "tcp", "-e", "rdm",
+                                    "-I", std::to_string(iters), "-S", std::to_string(row.size)};
+    std::vector<std::string> srv = common, cli = common;
+    srv.insert(srv.end(), {"-B", std::to_string(p)});
+    cli.insert(cli.end(), {"-P", std::to_string(p), "127.0.0.1"});
+    if (row.base_cmd.empty() || iters != n) row.base_cmd += (row.base_cmd.empty() ? "" : " ; ") + join(srv) + " & " + join(cli);
+    std::string out;
+    if (run_pair(srv, cli, &out) != 0) {
+      row.base_note = "fi_pingpong failed (is libfabric-bin installed?): " + out.substr(0, 200);
+      return false;
+    }
+    std::istringstream in(out);
+    std::vector<std::string> f;
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream ls(line);
+      std::vector<std::string> cells;
+      for (std::string c; ls >> c;) cells.push_back(c);
+      if (cells.size() >= 8 && cells[0][0] >= '0' && cells[0][0] <= '9') f = cells;
+    }
+    if (f.empty()) {
+      row.base_note = "no result line in fi_pingpong's output";
+      return false;
+    }
+    *us = std::atof(f[6].c_str()) * 2.0 * static_cast<double>(iters);
+    return true;
+  };
+  std::vector<double> per_xfer;
+  for (int k = 0; k < 3; ++k) {
+    double t1 = 0, t4 = 0;
+    if (!total_us(n, port + 2000 * k, &t1) || !total_us(4 * n, port + 2000 * k + 1000, &t4)) return;
+    per_xfer.push_back((t4 - t1) / (2.0 * 3.0 * static_cast<double>(n)));
+  }
+  std::sort(per_xfer.begin(), per_xfer.end());
+  const double us = per_xfer[1];
+  if (us <= 0) {
+    row.base_note = "fi_pingpong: the longer runs were not slower (its start varied more than the runs took)";
+    return;
+  }
+  if (latency) {
+    row.base = us;
+    row.base_is_mean = true;
+  } else {
+    row.base = static_cast<double>(row.size) / us * 1e6 / (1 << 20);
+  }
+}
+
 }  // namespace
 
 void run_baseline(const Options& o, bool latency, Row& row, int port) {
   if (o.provider == "ucx") return ucx_perftest(o, latency, row, port);
+  if (o.provider == "ofi") return fi_pingpong(o, latency, row, port);
   row.base_note = "no baseline for provider " + o.provider + " yet (add one in bench/transport/baseline.cpp)";
 }
 

@@ -171,16 +171,18 @@ void run_kinet(const Options& o, std::vector<Row>& lat, std::vector<Row>& bw) {
       char r;
       read_all(fd, &r, 1);
     };
-    for (size_t size : o.lat_sizes) {
-      const uint64_t n = o.lat_warmup + o.lat_iters;
+    // Ping-pong of `timed` round trips after `warmup`: r.kinet the median
+    // half round trip (us), r.kinet_avg the mean.
+    auto pingpong = [&](size_t size, uint64_t warmup, uint64_t timed) {
+      const uint64_t n = warmup + timed;
       command('L', size, n);
       std::vector<double> us;
-      us.reserve(o.lat_iters);
+      us.reserve(timed);
       for (uint64_t i = 1; i <= n; ++i) {
         const auto t0 = Clock::now();
         s.put_signal(size, i);
         s.wait_flag(i);
-        if (i > o.lat_warmup) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
+        if (i > warmup) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
       }
       s.drain();
       Row r;
@@ -190,10 +192,17 @@ void run_kinet(const Options& o, std::vector<Row>& lat, std::vector<Row>& bw) {
       r.kinet_avg = sum / static_cast<double>(us.size());
       std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
       r.kinet = us[us.size() / 2];
-      lat.push_back(r);
-    }
+      return r;
+    };
+    for (size_t size : o.lat_sizes) lat.push_back(pingpong(size, o.lat_warmup, o.lat_iters));
     for (size_t size : o.bw_sizes) {
       const uint64_t n = std::max<uint64_t>(8, o.bw_bytes / size);
+      if (o.bw_pingpong) {  // each round trip moves 2 x size
+        Row r = pingpong(size, std::max<uint64_t>(2, n / 20), std::max<uint64_t>(4, n / 2));
+        r.kinet = static_cast<double>(size) / r.kinet_avg * 1e6 / (1 << 20);
+        bw.push_back(r);
+        continue;
+      }
       command('B', size, n);
       auto stream = [&](uint64_t count) {
         for (uint64_t i = 0; i < count; ++i) {

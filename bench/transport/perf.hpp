@@ -1,7 +1,7 @@
 // kinet-transport-perf — latency and bandwidth of kinet::Transport over a
 // message provider (ucx, ofi, tcp, shm), and in the same run the provider's
-// own benchmark on the same transport (ucx_perftest for ucx; see baseline.cpp
-// for how to add one), side by side with their ratio.
+// own benchmark on the same transport (ucx_perftest for ucx, fi_pingpong for
+// ofi; see baseline.cpp for how to add one), side by side with their ratio.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +19,9 @@ struct Options {
   uint64_t lat_warmup = 200;
   uint64_t bw_bytes = 64ull << 20;  // per size
   uint32_t bw_window = 64;          // puts in flight
+  // Bandwidth as a ping-pong (size / mean half round trip) instead of a
+  // stream: the form of fi_pingpong's figure, the ofi baseline.
+  bool bw_pingpong = false;
   bool baseline = true;
   int port = 23700;                 // first port of the baseline's server (one per run)
   std::string json;
@@ -30,8 +33,10 @@ struct Row {
   double kinet = 0;      // latency: median half round trip in us; bandwidth: MiB/s
   double kinet_avg = 0;  // latency only: mean half round trip in us
   double base = 0;
+  bool base_is_mean = false;  // latency: the baseline reports a mean (fi_pingpong): compare kinet_avg
   std::string base_cmd;
   std::string base_note;  // why there is no baseline figure
+  double ratio() const { return base > 0 ? (base_is_mean ? kinet_avg : kinet) / base : 0; }
 };
 
 // Runs kinet's side of every measurement between this process and a forked

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -116,6 +117,18 @@ TEST(OfiChannel, MalformedAddressesAreRejectedNamingThePeer) {
   EXPECT_EQ(a->add_peer(c->address(), "rank 2"), 1u);
 }
 
+// tcp;ofi_rxm sends a whole max_message() eagerly only with bounce buffers
+// that large: the channel sets FI_OFI_RXM_BUFFER_SIZE when the user did not.
+TEST(OfiChannel, SetsRxmEagerSizeUnlessTheUserDid) {
+  const char* before = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
+  const std::string user = before ? before : "";
+  OPEN_OR_SKIP(a, "rank 0", 1);
+  const char* after = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(std::string(after), before ? user : std::string(ofi::kRxmBufferSize));
+  EXPECT_GE(std::stoul(ofi::kRxmBufferSize), ofi::kMaxMessage + ofi::kHeaderBytes);
+}
+
 TEST(OfiChannel, SendRejectsBadArgumentsAtTheEdge) {
   OPEN_OR_SKIP(a, "rank 0", 1);
   OPEN_OR_SKIP(b, "rank 1", 2);
@@ -124,7 +137,8 @@ TEST(OfiChannel, SendRejectsBadArgumentsAtTheEdge) {
   iovec v{big.data(), big.size()};
   const kinet::Error e = catch_error([&] { a->send(pb, &v, 1, 1); });
   EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
-  EXPECT_NE(std::string(e.what()).find("max_message() is 65536"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("max_message() is " + std::to_string(ofi::kMaxMessage)), std::string::npos)
+      << e.what();
   EXPECT_EQ(catch_error([&] { a->send(pb + 1, &v, 1, 1); }).code(), ErrorCode::InvalidArgument);
   EXPECT_EQ(catch_error([&] { a->send(pb, nullptr, 1, 1); }).code(), ErrorCode::InvalidArgument);
   // Exactly max_message() is accepted and arrives whole.

@@ -8,6 +8,7 @@
 #include <rdma/fi_errno.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <chrono>
@@ -185,6 +186,7 @@ fi_info* OfiChannel::pick_info() {
   static Picked picked;
   static std::once_flag once;
   std::call_once(once, [this] {
+    setenv("FI_OFI_RXM_BUFFER_SIZE", kRxmBufferSize, 0);  // see kRxmBufferSize; the user's value wins
     // Tried in order; the first a provider grants wins: FI_SOURCE lets the
     // receiver verify the sender's address, FI_ORDER_SAS keeps messages in order.
     struct Want {
