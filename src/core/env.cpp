@@ -64,6 +64,12 @@ constexpr Variable kVariables[] = {
      "counts as lost (\"timeout after N ms waiting for <op> to <peer>\") and its operations complete with "
      "TransportRetryExceeded. Parsed as KINET_TIMEOUT_MS",
      "transports", false},
+    {"KINET_UCX_MAX_HELD_BYTES", "268435456",
+     "transport \"ucx\": bytes of one peer's messages held in memory while they wait for an earlier one "
+     "(out of order, or not yet delivered by poll()); past it the peer is lost (\"held N bytes ... more than "
+     "KINET_UCX_MAX_HELD_BYTES\"). At least 1048704 (one message of max_message()); a smaller or malformed value "
+     "is an error at open",
+     "transports", false},
     {"KINET_TEST_SEED", "random", "seed of the tests' random data; every test binary prints the one it used",
      "tests", true},
     {"KINET_TEST_SCALE", "100", "percent applied to stress-loop sizes (the sanitizer builds set it lower)", "tests",

@@ -38,6 +38,24 @@ uint64_t run_seed();
 std::mt19937_64 make_rng();
 std::string seed_note();  // "seed=N (rerun with KINET_TEST_SEED=N)"
 
+// Sets an environment variable for its scope; the old value (or its absence)
+// comes back at the end. Not for tests that run threads reading it meanwhile.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { had_ ? (void)setenv(name_, old_.c_str(), 1) : (void)unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
 // Declares `rng` and puts the seed into the trace of every failure in scope.
 #define KINET_TEST_RNG(rng)            \
   auto rng = ::kinet::test::make_rng(); \

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.hpp"
 #include "transport_rig.hpp"
 #include "transports/msg_wire.hpp"
 #include "transports/ucx/ucx_channel.hpp"
@@ -157,10 +158,10 @@ class RawUcx {
     ASSERT_EQ(lib_->fn().ep_create(worker_, &ep, &ep_), UCS_OK);
   }
   // One active message: `hdr` as UCX's AM header, `data` as its body. Waits
-  // (bounded) until UCX is done with it, calling `other` (the target's
+  // at most `bound` until UCX is done with it, calling `other` (the target's
   // progress) meanwhile; returns the send's status.
   ucs_status_t send(const std::vector<uint8_t>& hdr, const std::vector<uint8_t>& data,
-                    const std::function<void()>& other) {
+                    const std::function<void()>& other, std::chrono::milliseconds bound = 20s) {
     const ucx::Fns& f = lib_->fn();
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
@@ -168,7 +169,7 @@ class RawUcx {
     void* r = f.am_send_nbx(ep_, kAmId, hdr.empty() ? nullptr : hdr.data(), hdr.size(),
                             data.empty() ? nullptr : data.data(), data.size(), &rp);
     if (!UCS_PTR_IS_PTR(r)) return UCS_PTR_STATUS(r);
-    const auto end = std::chrono::steady_clock::now() + 20s;
+    const auto end = std::chrono::steady_clock::now() + bound;
     ucs_status_t s = UCS_INPROGRESS;
     while ((s = f.request_check_status(r)) == UCS_INPROGRESS && std::chrono::steady_clock::now() < end) {
       f.worker_progress(worker_);
@@ -222,8 +223,9 @@ struct Rig {
     if (connect) hostile = t->connect(transport::engine_address(raw->node, raw->channel_address()), "hostile");
     return true;
   }
-  ucs_status_t send(const std::vector<uint8_t>& hdr, const std::vector<uint8_t>& data) {
-    return raw->send(hdr, data, [&] { t->poll(c, 0); });
+  ucs_status_t send(const std::vector<uint8_t>& hdr, const std::vector<uint8_t>& data,
+                    std::chrono::milliseconds bound = 20s) {
+    return raw->send(hdr, data, [&] { t->poll(c, 0); }, bound);
   }
   // A well-formed AM message from raw: `head` in the AM header (prefix), `body` after it.
   ucs_status_t send_msg(const std::vector<uint8_t>& head, const std::vector<uint8_t>& body) {
@@ -240,9 +242,9 @@ struct Rig {
     wire::encode_header(r, m.data());
     return m;
   }
-  // Polls both sides until pred() or 20 s.
-  bool until(const std::function<bool()>& pred) {
-    const auto end = std::chrono::steady_clock::now() + 20s;
+  // Polls both sides until pred() or `bound`.
+  bool until(const std::function<bool()>& pred, std::chrono::milliseconds bound = 20s) {
+    const auto end = std::chrono::steady_clock::now() + bound;
     while (!pred() && std::chrono::steady_clock::now() < end) {
       t->poll(c, 0);
       raw->progress();
@@ -456,6 +458,67 @@ TEST(UcxHostile, ProtocolBreakLosesTheSenderOnly) {
     EXPECT_EQ(r.t->peer_error(r.hostile), "peer lost: " + k.why);
     EXPECT_TRUE(untouched(*r.g));
     r.expect_serves();
+  }
+}
+
+// A sender that skips a sequence number: the messages behind the gap wait in
+// memory, up to KINET_UCX_MAX_HELD_BYTES of them. Exactly the cap is held;
+// one byte more loses the sender (and frees what it held), and nothing else.
+// The last message is eager (1 byte: counted when it arrives) or as large as
+// the others (rendezvous on this channel's transports: counted when its fetch
+// would start).
+TEST(UcxHostile, MessagesHeldBehindAGapStopAtTheCap) {
+  ScopedEnv cap("KINET_UCX_MAX_HELD_BYTES", std::to_string(ucx::kMaxMessage));
+  static_assert(ucx::kMaxMessage % 16 == 0);
+  const size_t each = ucx::kMaxMessage / 16;
+  for (const size_t last : {size_t{1}, each}) {
+  SCOPED_TRACE("last message of " + std::to_string(last) + " bytes");
+  OPEN_RIG(r, true);
+  const uint64_t v = 1;
+  RemoteKey key;
+  key.provider = RemoteKey::kTransport, key.node = r.raw->node, key.rkey = 5;
+  ASSERT_EQ(r.t->put(r.hostile, &v, 8, r.t->import_key(r.hostile, key), 0x1000, 9), Status::Ok);
+  // Messages 1..16 (0 never comes), 8 bytes in the AM header and the rest as
+  // data: 16 x kMaxMessage / 16 bytes, the cap exactly.
+  for (uint64_t seq = 1; seq <= 16; ++seq)
+    ASSERT_EQ(r.send(cat(am_header(r.raw->node, seq, 8), std::vector<uint8_t>(8, 1)),
+                     std::vector<uint8_t>(each - 8, 2)),
+              UCS_OK)
+        << "message " << seq;
+  r.until([] { return false; }, 200ms);
+  EXPECT_EQ(r.t->peer_error(r.hostile), "");
+  EXPECT_EQ(r.t->poll(r.c, 8), 0u);  // the put to the sender is still in flight
+  // One message more (a rendezvous one is never fetched: no waiting for it).
+  r.send(cat(am_header(r.raw->node, 17, 1), {1}), std::vector<uint8_t>(last - 1, 3), 100ms);
+  r.until([&] { return !r.t->peer_error(r.hostile).empty(); });
+  std::vector<Completion> done;
+  ASSERT_EQ(wait_completions(*r.t, 1, done, {}), 1u);
+  EXPECT_EQ(done[0].cookie, 9u);
+  EXPECT_EQ(done[0].status, Status::TransportRetryExceeded);
+  EXPECT_EQ(r.t->peer_error(r.hostile),
+            "peer lost: hostile sent more than KINET_UCX_MAX_HELD_BYTES (" + std::to_string(ucx::kMaxMessage) +
+                ") of messages waiting here: " + std::to_string(ucx::kMaxMessage) +
+                " bytes held while message number 0 was expected, then message number 17 of " +
+                std::to_string(last) + " bytes");
+  EXPECT_EQ(r.t->rejected("sequence"), 0u);
+  EXPECT_TRUE(untouched(*r.g));
+  r.expect_serves();
+  }
+}
+
+TEST(UcxHostile, HeldBytesCapBelowOneMessageIsRefused) {
+  ScopedEnv cap("KINET_UCX_MAX_HELD_BYTES", std::to_string(ucx::kMaxMessage - 1));
+  try {
+    ucx_transport("target");
+    FAIL() << "opened with a cap below one message";
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::NotSupported) GTEST_SKIP() << "UCX can't start here: " << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("KINET_UCX_MAX_HELD_BYTES=" + std::to_string(ucx::kMaxMessage - 1) +
+                                         " is less than one message (" + std::to_string(ucx::kMaxMessage) +
+                                         " bytes)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/env.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "kinet/kinet.hpp"
@@ -72,6 +73,7 @@ class UcxChannel final : public Channel {
   size_t progress(ChannelEvents& ev) override;
 
  private:
+  struct Peer;
   // A received message waiting for its turn (or, rendezvous, for its data).
   struct Inbound {
     UcxChannel* self = nullptr;
@@ -85,6 +87,9 @@ class UcxChannel final : public Channel {
     void* desc = nullptr;           // UCX's eager buffer, released after delivery
     bool ready = false;             // data complete
     bool failed = false;            // rendezvous fetch failed
+    Peer* owner = nullptr;          // the sender (null: a stranger's)
+    uint64_t seq = 0;               // its sequence number (owner's)
+    size_t held = 0;                // bytes counted in owner->held
   };
   struct Peer {
     UcxChannel* self = nullptr;
@@ -96,6 +101,7 @@ class UcxChannel final : public Channel {
     uint64_t recv_seq = 0;
     bool lost = false;
     std::map<uint64_t, std::unique_ptr<Inbound>> pending;  // by sequence number
+    size_t held = 0;  // bytes of pending messages in memory here (eager, or fetched)
   };
   struct Stranger {
     std::string who;
@@ -173,10 +179,24 @@ class UcxChannel final : public Channel {
   std::deque<Event> events_;
   std::vector<void*> closing_;  // ep close requests not yet complete
   bool lost_pending_ = false;   // a peer was lost since close_lost_eps() last ran
+  // Bytes of one peer's messages held here while they wait for their turn
+  // (KINET_UCX_MAX_HELD_BYTES): a sender that skips a sequence number would
+  // otherwise park up to kSeqWindow messages of up to kMaxMessage each.
+  size_t max_held_ = kDefaultMaxHeld;
+  // Whether `bytes` more of p's message `seq` fit under the cap; when not, p
+  // is lost (false).
+  bool within_cap(Peer& p, size_t bytes, uint64_t seq);
+  void hold(Inbound& in, size_t bytes);  // counts them in in.owner->held
+  void unhold(Inbound& in);
+  void drop_held(Peer& p);  // a lost peer's messages in memory go (not those UCX is still writing)
 };
 
 UcxChannel::UcxChannel(std::shared_ptr<const Library> lib, uint64_t node, std::string name)
     : lib_(std::move(lib)), f_(lib_->fn()), node_(node), name_(std::move(name)) {
+  max_held_ = env::get_u64("KINET_UCX_MAX_HELD_BYTES", kDefaultMaxHeld);
+  if (max_held_ < kMaxMessage)
+    throw Error(ErrorCode::InvalidArgument, "ucx: KINET_UCX_MAX_HELD_BYTES=" + std::to_string(max_held_) +
+                                                " is less than one message (" + std::to_string(kMaxMessage) + " bytes)");
   ucp_config_t* cfg = nullptr;
   if (ucs_status_t s = f_.config_read(nullptr, nullptr, &cfg); s != UCS_OK)
     throw Error(ErrorCode::NotSupported, "ucx: ucp_config_read failed: " + lib_->status(s));
@@ -455,6 +475,7 @@ ucs_status_t UcxChannel::on_am(const void* header, size_t hlen, void* data, size
     lose(p, p.name + " broke the kinet UCX protocol: it " + bad);
     return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
   }
+  if (!rndv && !within_cap(p, len + h.prefix, h.seq)) return UCS_OK;  // eager data is here now (rendezvous: at its fetch)
   Inbound* in;
   if (spare_nodes_.empty()) {
     in = (p.pending[h.seq] = new_inbound()).get();
@@ -465,7 +486,43 @@ ucs_status_t UcxChannel::on_am(const void* header, size_t hlen, void* data, size
     nh.mapped() = new_inbound();
     in = p.pending.insert(std::move(nh)).position->second.get();
   }
+  in->owner = &p;
+  in->seq = h.seq;
+  if (!rndv) hold(*in, len + h.prefix);
   return take(*in, head, h.prefix, data, len, rndv, persistent);
+}
+
+bool UcxChannel::within_cap(Peer& p, size_t bytes, uint64_t seq) {
+  if (p.held + bytes <= max_held_) return true;
+  lose(p, p.name + " sent more than KINET_UCX_MAX_HELD_BYTES (" + std::to_string(max_held_) +
+              ") of messages waiting here: " + std::to_string(p.held) + " bytes held while message number " +
+              std::to_string(p.recv_seq) + " was expected, then message number " + std::to_string(seq) + " of " +
+              std::to_string(bytes) + " bytes");
+  return false;
+}
+
+void UcxChannel::hold(Inbound& in, size_t bytes) {
+  in.owner->held += bytes;
+  in.held = bytes;
+}
+
+void UcxChannel::unhold(Inbound& in) {
+  if (in.owner) in.owner->held -= in.held;
+  in.held = 0;
+}
+
+void UcxChannel::drop_held(Peer& p) {
+  for (auto it = p.pending.begin(); it != p.pending.end();) {
+    Inbound& in = *it->second;
+    if (!in.ready) {  // a rendezvous fetch running (UCX writes into it) or still in to_fetch_
+      ++it;
+      continue;
+    }
+    unhold(in);
+    release(in);
+    recycle(std::move(it->second));
+    it = p.pending.erase(it);
+  }
 }
 
 std::unique_ptr<UcxChannel::Inbound> UcxChannel::new_inbound() {
@@ -486,6 +543,9 @@ void UcxChannel::recycle(std::unique_ptr<Inbound> in) {
   in->len = 0;
   in->desc = nullptr;
   in->ready = in->failed = false;
+  in->owner = nullptr;
+  in->seq = 0;
+  in->held = 0;
   spare_in_.push_back(std::move(in));
 }
 
@@ -501,6 +561,11 @@ void UcxChannel::start_fetches() {
   while (!to_fetch_.empty() && fetching_ < kPoolMax) {
     auto [in, desc] = to_fetch_.front();
     to_fetch_.pop_front();
+    if (in->owner && (in->owner->lost || !within_cap(*in->owner, in->len + in->head_len, in->seq))) {
+      in->ready = in->failed = true;  // not fetched: UCX drops the data with the worker
+      continue;
+    }
+    if (in->owner) hold(*in, in->len + in->head_len);
     take_buffer(*in, in->len);
     in->data = in->buf.get();
     ucp_request_param_t rp{};
@@ -521,6 +586,7 @@ void UcxChannel::start_fetches() {
 void UcxChannel::close_lost_eps() {
   lost_pending_ = false;
   for (auto& p : peers_) {
+    if (p->lost && p->held) drop_held(*p);
     if (!p->lost || !p->ep) continue;
     ucp_request_param_t cp{};
     cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -587,6 +653,7 @@ size_t UcxChannel::progress(ChannelEvents& ev) {
       std::unique_ptr<Inbound> in = std::move(nh.mapped());
       if (spare_nodes_.size() < kSpare) spare_nodes_.push_back(std::move(nh));
       ++p.recv_seq;
+      unhold(*in);
       if (in->failed) {
         lose(p, "fetching a rendezvous message from " + p.name + " failed");
         break;

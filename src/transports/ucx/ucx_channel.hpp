@@ -38,11 +38,17 @@ namespace kinet::transport::ucx {
 // one message); the engine splits larger transfers.
 inline constexpr size_t kMaxMessage = (size_t{1} << 20) + 128;
 inline constexpr size_t kSendSlots = 1024;              // sends in flight before send() returns false
+// Bytes of one peer's messages the channel holds in memory while they wait
+// for their turn (KINET_UCX_MAX_HELD_BYTES, at least kMaxMessage). An honest
+// sender's stay below 64 MiB + its eager burst: at most 64 rendezvous fetches
+// run at once, and in-order messages go at the next progress().
+inline constexpr size_t kDefaultMaxHeld = size_t{256} << 20;
 
 // Opens a UCX channel named `name` with node id `node` (non-zero). Throws
 // kinet::Error NotSupported when `lib` can't be loaded or lacks a symbol
 // ("ucx: libucp.so.0 could not be loaded (...)") or UCX can't start (UCX's
-// reason), InvalidArgument for node 0.
+// reason), InvalidArgument for node 0 or a KINET_UCX_MAX_HELD_BYTES below
+// kMaxMessage.
 std::unique_ptr<Channel> make_channel(uint64_t node, const std::string& name, const char* lib = kLibucp);
 
 }  // namespace kinet::transport::ucx
