@@ -64,6 +64,16 @@ constexpr Variable kVariables[] = {
      "counts as lost (\"timeout after N ms waiting for <op> to <peer>\") and its operations complete with "
      "TransportRetryExceeded. Parsed as KINET_TIMEOUT_MS",
      "transports", false},
+    {"KINET_EMU_HOST_KICK", "1",
+     "software NIC: 1: host threads that post to a QP (QpConfig::posters Host, rings in host memory) run its engine "
+     "themselves at each doorbell and CQ poll (no busy NIC thread needed); 0: only the engine thread executes, "
+     "as a hardware NIC would, so work stays in flight after the post returns. Read when a QP is created",
+     "emu provider", false},
+    {"KINET_EMU_KICKED_IDLE_US", "200",
+     "software NIC: when every QP of a device is posted by host threads (QpConfig::posters Host, rings in host "
+     "memory), those threads run its engine themselves at each doorbell and CQ poll, and the engine thread, once "
+     "idle, looks at the QPs only every this many microseconds (1 to 1000000) instead of busy-polling",
+     "emu provider", false},
     {"KINET_UCX_MAX_HELD_BYTES", "268435456",
      "transport \"ucx\": bytes of one peer's messages held in memory while they wait for an earlier one "
      "(out of order, or not yet delivered by poll()); past it the peer is lost (\"held N bytes ... more than "

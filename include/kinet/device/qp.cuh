@@ -148,7 +148,11 @@ struct QpHandle {
   uint32_t abi = kQpHandleAbi;  // first: readable whatever the rest of the layout is
   DoorbellMode db_mode = DoorbellMode::Uar;
   uint8_t rings_in_gpu_memory;  // selects the fence scope before the doorbell record
-  uint8_t pad0[2];
+  // 1: host threads that post to this QP also run its NIC (the software NIC's
+  // engine) for it, after each doorbell and each CQ poll (detail::host_kick),
+  // so the NIC needs no busy thread of its own for them. Never read on the GPU.
+  uint8_t host_kick;
+  uint8_t pad0;
   uint8_t* sq;          // 2^log_n slots of 64 B
   uint32_t* dbrec;      // doorbell record; [1] = send producer index (BE)
   uint64_t* db;         // Uar: the doorbell register (UAR, or the emulator's); BlueFlame: the 64-byte window

@@ -26,8 +26,7 @@ void close_nic(ibv_context* ctx) {
                 dn->qps.size(), dn->cqs.size(), dn->umems.size());
     for (auto& [n, qp] : dn->qps) nic.quiesce_qp(*qp.q);
   }
-  nic.stop.store(true, std::memory_order_release);
-  if (nic.engine.joinable()) nic.engine.join();
+  nic.stop_engine();
   delete dn;
 }
 

@@ -7,6 +7,7 @@
 // Nics of one process reach each other through the Fabric (fabric.hpp).
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <cstdint>
@@ -85,12 +86,17 @@ struct EmuQp {
   // How posters ring (dev::DoorbellMode). BlueFlame: `db` is a 64-byte window
   // holding a copy of the last announced WQE, checked against the ring (engine.cpp).
   dev::DoorbellMode db_mode = dev::DoorbellMode::Uar;
+  // Posted by host threads only, rings in host memory (QpHandle::host_kick):
+  // they run the engine for this QP themselves (host_kick, engine.cpp), so
+  // the engine thread looks at it only now and then when idle.
+  bool host_kick = false;
   // Control state.
   std::atomic<QpState> state{QpState::Reset};
   uint32_t remote_access = 0;
   uint64_t remote_node = 0;
   uint32_t remote_qpn = 0;
-  // Engine-side progress (touched by the engine thread only).
+  // Engine-side progress (under exec_mu: the engine thread, or a host
+  // thread's kick, runs the QP).
   uint64_t sq_ci = 0;  // WQEs executed or flushed
   uint64_t cq_pi = 0;  // CQEs written
   mutable std::mutex err_mu;
@@ -168,6 +174,20 @@ struct Nic {
   // Engine.
   std::atomic<bool> stop{false};
   std::thread engine;
+  // The engine's idle sleep when every QP is kicked by its posters: ended
+  // early by wake() (a QP created, the engine stopping).
+  std::mutex idle_mu;
+  std::condition_variable idle_cv;
+  void wake() {
+    std::lock_guard<std::mutex> g(idle_mu);
+    idle_cv.notify_all();
+  }
+  // Stops and joins the engine thread (teardown).
+  void stop_engine() {
+    stop.store(true, std::memory_order_release);
+    wake();
+    if (engine.joinable()) engine.join();
+  }
 
   // KINET_EMU_RELAXED != 0, read when the engine starts: relaxed execution (engine.cpp).
   bool relaxed = false;
@@ -179,6 +199,14 @@ struct Nic {
   bool lookup_mr(uint32_t key, MrEntry* out);
   std::shared_ptr<EmuQp> find_qp(uint32_t qpn);
   void run_engine();
+  // One pass over `qp` (doorbell, issue, retire); true if anything happened.
+  // Caller holds qp.exec_mu, and qp is not destroyed. A CUDA failure on the
+  // rings puts the QP in ERROR with the reason; nothing throws.
+  bool run_qp(EmuQp& qp);
+  // host_kick's table: a QP with host_kick is found by its doorbell word
+  // from the moment it is created until quiesce_qp.
+  static void add_kick(const std::shared_ptr<EmuQp>& qp);
+  static void remove_kick(const EmuQp& qp);
   // Teardown of one QP (from ~QueuePair, any thread): QP to ERROR, every
   // announced-but-uncompleted WQE completed with a flush CQE, then waits until
   // neither this Nic's engine nor a peer's responder touches `qp`. After it

@@ -243,6 +243,7 @@ class EmuQueuePair final : public QueuePair {
     // before it must be system-scope wherever the rings are.
     h.rings_in_gpu_memory = 0;
     h.db_mode = qp_->db_mode;
+    h.host_kick = qp_->host_kick ? 1 : 0;
     return h;
   }
   std::string last_error() const override {
@@ -441,6 +442,10 @@ class EmuPd final : public ProtectionDomain {
     qp->cq_dbrec = reinterpret_cast<uint32_t*>(dbb + 8);
     qp->db = reinterpret_cast<uint64_t*>(dbb + 64);
     qp->db_mode = db_mode;
+    // Host posters run the engine themselves (the CPU-assisted doorbell has a
+    // thread of its own that rings later: its QPs stay with the engine).
+    qp->host_kick = !gpu && cfg.posters == Posters::Host && db_mode != dev::DoorbellMode::CpuAssisted &&
+                    env::get_u64("KINET_EMU_HOST_KICK", 1) != 0;
     init_rings(*qp);
     {
       std::lock_guard<std::mutex> g(nic_->qp_mu);
@@ -461,6 +466,8 @@ class EmuPd final : public ProtectionDomain {
       nic_->qps[qp->qpn] = qp;
       nic_->qp_generation.fetch_add(1, std::memory_order_acq_rel);
     }
+    if (qp->host_kick) Nic::add_kick(qp);
+    nic_->wake();  // an engine sleeping over kicked QPs looks at the new one now
     KINET_LOG(Debug, "%s: created QP %s depth %u rings in %s memory", nic_->name.c_str(), hex(qp->qpn).c_str(),
               cfg.sq_depth, gpu ? "GPU" : "host");
     return q;
@@ -486,8 +493,7 @@ class EmuDevice final : public Device {
       for (auto& [n, qp] : nic_->qps) qps.push_back(qp);
     }
     for (auto& qp : qps) nic_->quiesce_qp(*qp);  // QPs still alive: flushed, nothing moves after this
-    nic_->stop.store(true, std::memory_order_release);
-    if (nic_->engine.joinable()) nic_->engine.join();
+    nic_->stop_engine();
     // Remote requests to it now find no device; the last one stops the listener.
     if (nic_->cross_process) remote().leave(nic_->node);
   }

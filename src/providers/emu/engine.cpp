@@ -28,7 +28,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <shared_mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "core/cuda_shim.hpp"
 #include "core/env.hpp"
@@ -42,6 +45,36 @@
 
 namespace kinet::emu {
 using engine::QpRunner;
+namespace {
+// QpHandle::host_kick: QPs by their doorbell word (unique while the QP lives).
+// Never destroyed: devices held in globals close after static destructors ran.
+struct KickTable {
+  std::shared_mutex mu;
+  std::unordered_map<const void*, std::weak_ptr<EmuQp>> by_db;
+};
+KickTable& kicks() {
+  static KickTable* t = new KickTable;
+  return *t;
+}
+// Idle passes before an engine whose QPs are all kicked by their posters
+// sleeps (KINET_EMU_KICKED_IDLE_US between looks).
+constexpr uint32_t kKickedIdlePasses = 64;
+}  // namespace
+
+void Nic::add_kick(const std::shared_ptr<EmuQp>& qp) {
+  KickTable& k = kicks();
+  std::unique_lock<std::shared_mutex> g(k.mu);
+  k.by_db[qp->db] = qp;
+}
+
+void Nic::remove_kick(const EmuQp& qp) {
+  KickTable& k = kicks();
+  std::unique_lock<std::shared_mutex> g(k.mu);
+  auto it = k.by_db.find(qp.db);
+  if (it == k.by_db.end()) return;
+  const std::shared_ptr<EmuQp> p = it->second.lock();
+  if (!p || p.get() == &qp) k.by_db.erase(it);
+}
 
 bool Nic::lookup_mr(uint32_t key, MrEntry* out) {
   std::shared_lock<std::shared_mutex> g(mr_mu);
@@ -58,6 +91,7 @@ std::shared_ptr<EmuQp> Nic::find_qp(uint32_t qpn) {
 }
 
 void Nic::quiesce_qp(EmuQp& qp) {
+  if (qp.host_kick) remove_kick(qp);
   {
     std::lock_guard<std::mutex> g(qp.exec_mu);  // the engine is not inside this QP
     if (!qp.destroyed.load(std::memory_order_acquire)) {
@@ -93,6 +127,8 @@ void Nic::reset_qp(EmuQp& qp, const std::function<void()>& reinit) {
 
 void Nic::run_engine() {
   relaxed = env::get_u64("KINET_EMU_RELAXED", 0) != 0;
+  const auto kicked_idle_sleep =
+      std::chrono::microseconds(std::clamp<uint64_t>(env::get_u64("KINET_EMU_KICKED_IDLE_US", 200), 1, 1000000));
   std::vector<std::shared_ptr<EmuQp>> snapshot;
   uint64_t seen_gen = ~0ull;
   uint32_t idle = 0;
@@ -104,23 +140,22 @@ void Nic::run_engine() {
       for (auto& [n, qp] : qps) snapshot.push_back(qp);
       seen_gen = gen;
     }
-    bool work = false;
+    bool work = false, all_kicked = true;
     for (auto& qp : snapshot) {
+      all_kicked &= qp->host_kick;
       std::lock_guard<std::mutex> g(qp->exec_mu);
       if (qp->destroyed.load(std::memory_order_acquire)) continue;
-      QpRunner r(*this, *qp);
-      try {
-        work |= qp->peer ? r.step_remote() : r.step();
-      } catch (const std::exception& e) {
-        // The rings themselves are out of CUDA's reach (e.g. the GPU faulted):
-        // the QP can't go on, the engine and the other QPs can.
-        const std::string why = std::string("NIC engine failed: CUDA copy failed on the QP's rings: ") + e.what();
-        r.fail_qp(why);
-        r.log_once(why, why);
-      }
+      work |= run_qp(*qp);
     }
     if (work) {
       idle = 0;
+    } else if (all_kicked && ++idle >= kKickedIdlePasses) {
+      // Every QP's posters run it themselves: looked at now and then, for
+      // answers that come while nobody polls.
+      std::unique_lock<std::mutex> g(idle_mu);
+      idle_cv.wait_for(g, kicked_idle_sleep, [&] {
+        return stop.load(std::memory_order_acquire) || qp_generation.load(std::memory_order_acquire) != seen_gen;
+      });
     } else if (++idle < 4096) {
       std::this_thread::yield();
     } else {
@@ -129,4 +164,38 @@ void Nic::run_engine() {
     }
   }
 }
+
+bool Nic::run_qp(EmuQp& qp) {
+  QpRunner r(*this, qp);
+  try {
+    return qp.peer ? r.step_remote() : r.step();
+  } catch (const std::exception& e) {
+    // The rings themselves are out of CUDA's reach (e.g. the GPU faulted):
+    // the QP can't go on, the engine and the other QPs can.
+    const std::string why = std::string("NIC engine failed: CUDA copy failed on the QP's rings: ") + e.what();
+    r.fail_qp(why);
+    r.log_once(why, why);
+    return true;
+  }
+}
 }  // namespace kinet::emu
+
+namespace kinet::dev::detail {
+void host_kick(const uint64_t* db) noexcept {
+  std::shared_ptr<emu::EmuQp> qp;
+  {
+    emu::KickTable& k = emu::kicks();
+    std::shared_lock<std::shared_mutex> g(k.mu);
+    auto it = k.by_db.find(db);
+    if (it == k.by_db.end()) return;
+    qp = it->second.lock();
+  }
+  if (!qp) return;
+  std::unique_lock<std::mutex> run(qp->exec_mu, std::try_to_lock);
+  if (!run.owns_lock() || qp->destroyed.load(std::memory_order_acquire)) return;  // someone runs it now
+  try {
+    qp->nic->run_qp(*qp);
+  } catch (...) {  // run_qp reports its failures on the QP; nothing may escape into a poster
+  }
+}
+}  // namespace kinet::dev::detail

@@ -262,6 +262,19 @@ struct Deadline {
   KINET_HD bool expired() const { return now_ns() > end; }
 };
 
+#if !KINET_ON_DEVICE
+// QpHandle::host_kick: runs the software NIC's engine for the QP whose
+// doorbell word is `db` on the calling host thread, if no other thread runs
+// it now; nothing for an unknown or destroyed QP. Defined in libkinet
+// (providers/emu); weak, so that the verbs stay header-only for programs
+// without libkinet (their handles never set host_kick).
+__attribute__((weak)) void host_kick(const uint64_t* db) noexcept;
+// Kicks q's NIC when q asks for it and libkinet is linked.
+inline void maybe_host_kick(const QpHandle& q) {
+  if (q.host_kick && host_kick) host_kick(q.db);
+}
+#endif
+
 // Announces every WQE below ring index pi (> 0) to the NIC: doorbell record,
 // then what q.db_mode rings with. Does not touch SqState.
 KINET_HD void ring_at(const QpHandle& q, uint64_t pi) {
@@ -270,6 +283,9 @@ KINET_HD void ring_at(const QpHandle& q, uint64_t pi) {
   order_dbrec_before_doorbell();
   if (q.db_mode == DoorbellMode::BlueFlame) store_blueflame(q.db, slot(q, pi - 1));
   else store_doorbell(q.db, mlx5::doorbell_word(static_cast<uint32_t>(pi), q.qpn_be8));
+#if !KINET_ON_DEVICE
+  maybe_host_kick(q);
+#endif
 }
 
 // Rings for everything published so far. Caller holds the doorbell lock (or owns the QP).
@@ -534,6 +550,9 @@ template <Sharing S> KINET_HD Status poll_cq(const QpHandle& q) {
   SqState* s = q.state;
   detail::check_exclusive_owner<S>(q);
   if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
+#if !KINET_ON_DEVICE
+  detail::maybe_host_kick(q);  // answers that arrived become CQEs now
+#endif
   if constexpr (S != Sharing::Exclusive) {
     if (!try_lock<kScope<S>>(&s->cq_lock)) return Status::Ok;  // another thread is draining
   }
