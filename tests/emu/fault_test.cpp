@@ -315,7 +315,9 @@ TEST(EmuFault, PostOnQpInRtr) { post_on_unconnected(2); }
 
 // The emu provider writes no last_error() for a flush the host caused (the
 // mlx5 provider does: the hw suite checks it).
-TEST(EmuFault, HostMovesQpToErrorThenEverythingIsFlushed) { qp_in_error_flushes(fault_options(), {}); }
+TEST(EmuFault, HostMovesQpToErrorThenEverythingIsFlushed) {
+  qp_in_error_flushes(fault_options(), {"moved to ERROR by QueuePair::to_error()"});
+}
 
 // The peer is gone: no answer, the transport gives up.
 void destroyed_peer(bool whole_device) {

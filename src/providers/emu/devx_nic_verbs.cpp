@@ -145,7 +145,7 @@ DevxNicHandle open_devx_nic(std::string_view want, const DeviceOptions& opt) {
   fabric().attach(nic, want);
   nic->attr.name = nic->name;
   try {
-    nic->engine = std::thread([n = nic.get()] { n->run_engine(); });
+    nic->start_engine();
   } catch (const std::system_error& e) {
     fabric().detach(nic->node);
     throw Error(ErrorCode::ResourceExhausted, nic->name + ": open: can't start the NIC engine thread: " + e.what());

@@ -189,7 +189,7 @@ struct Nic {
     if (engine.joinable()) engine.join();
   }
 
-  // KINET_EMU_RELAXED != 0, read when the engine starts: relaxed execution (engine.cpp).
+  // KINET_EMU_RELAXED != 0, read by start_engine(): relaxed execution (engine.cpp).
   bool relaxed = false;
   // On the cross-process fabric (DeviceOptions::emu_fabric, KINET_EMU_FABRIC):
   // its QPs' info carries the process's endpoint for `via`. Set at open.
@@ -198,6 +198,9 @@ struct Nic {
 
   bool lookup_mr(uint32_t key, MrEntry* out);
   std::shared_ptr<EmuQp> find_qp(uint32_t qpn);
+  // Starts the engine thread. KINET_EMU_RELAXED is read here, before any
+  // thread (the engine, or a poster's host_kick) runs a QP.
+  void start_engine();
   void run_engine();
   // One pass over `qp` (doorbell, issue, retire); true if anything happened.
   // Caller holds qp.exec_mu, and qp is not destroyed. A CUDA failure on the

@@ -199,6 +199,13 @@ class EmuQueuePair final : public QueuePair {
   }
   void to_error() override {
     check_alive("to_error");
+    {
+      // The reason the flushes that follow have (an earlier error's stays).
+      std::lock_guard<std::mutex> e(qp_->err_mu);
+      if (qp_->last_error.empty() && qp_->state.load(std::memory_order_acquire) != QpState::Error)
+        qp_->last_error = name() + ": moved to ERROR by QueuePair::to_error(); WQEs not yet executed complete "
+                                   "flushed (CQE syndrome 0x5, WR_FLUSH_ERR)";
+    }
     qp_->state.store(QpState::Error, std::memory_order_release);
   }
   void reset() override {
@@ -479,7 +486,7 @@ class EmuDevice final : public Device {
   explicit EmuDevice(std::shared_ptr<Nic> nic)
       : nic_(std::move(nic)), cpu_db_(std::make_shared<doorbell::CpuDoorbell>(nic_->name)), mark_{nic_} {
     try {
-      nic_->engine = std::thread([n = nic_.get()] { n->run_engine(); });
+      nic_->start_engine();
     } catch (const std::system_error& e) {
       throw Error(ErrorCode::ResourceExhausted, nic_->name + ": open: can't start the NIC engine thread: " + e.what());
     }

@@ -125,8 +125,12 @@ void Nic::reset_qp(EmuQp& qp, const std::function<void()>& reinit) {
   reinit();
 }
 
-void Nic::run_engine() {
+void Nic::start_engine() {
   relaxed = env::get_u64("KINET_EMU_RELAXED", 0) != 0;
+  engine = std::thread([this] { run_engine(); });
+}
+
+void Nic::run_engine() {
   const auto kicked_idle_sleep =
       std::chrono::microseconds(std::clamp<uint64_t>(env::get_u64("KINET_EMU_KICKED_IDLE_US", 200), 1, 1000000));
   std::vector<std::shared_ptr<EmuQp>> snapshot;
