@@ -67,6 +67,9 @@ TEST(EmuConcurrency, ExclusiveOneThreadPerQp) {
 // to some point and flushed after it (never Ok after a flushed one), no wait
 // hangs, and the QP ends in ERROR.
 TEST(EmuConcurrency, ToErrorWhileThreadsPost) {
+  // The engine thread alone executes, so operations are in flight when
+  // to_error() lands (posters that run the NIC themselves finish too soon).
+  ScopedEnv no_kick("KINET_EMU_HOST_KICK", "0");
   KINET_TEST_RNG(rng);
   PairOptions o;
   o.cfg_a = test_qp_config(32, 20000);
@@ -119,6 +122,8 @@ TEST(EmuConcurrency, ToErrorWhileThreadsPost) {
 // shared QP while others post. No ticket may report completion before its
 // payload is in place.
 TEST(EmuConcurrency, ConcurrentWaitersOnOneQp) {
+  // As above: waiters must find tickets still pending while posters post.
+  ScopedEnv no_kick("KINET_EMU_HOST_KICK", "0");
   KINET_TEST_RNG(rng);
   PairOptions o;
   o.cfg_a = test_qp_config(32, 20000);
