@@ -24,7 +24,7 @@ struct GpuOpts {
   // (docs/PERFORMANCE.md section 8). 0: as many as fit at once (occupancy).
   uint32_t ctas_per_sm = 8;
   // A put of B bytes runs on at most B / (bw_threads x this) CTAs, so each
-  // thread has a full round of in-flight loads (group_copy: 8 x 16 bytes);
+  // thread has two full rounds of in-flight loads (group_copy: 4 x 16 bytes);
   // 0: always the whole grid. Smaller puts then leave SMs idle, as a user's
   // kernel sized to its data would; a whole grid spread too thin runs 5-20 %
   // slower at 8-32 MiB on an H200 (docs/PERFORMANCE.md section 8).

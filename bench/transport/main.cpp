@@ -34,12 +34,13 @@ void print_table(const std::string& title, const char* unit, const std::vector<R
   std::printf("\n%s (%s)\n%10s %12s %12s %14s %8s\n", title.c_str(), unit, "bytes", latency ? "kinet median" : "kinet",
               latency ? "kinet mean" : "", "baseline", "ratio");
   for (const Row& r : rows) {
-    const std::string mean = latency ? std::to_string(r.kinet_avg).substr(0, 8) : "";
+    char mean[32] = "";
+    if (latency) std::snprintf(mean, sizeof mean, "%.2f", r.kinet_avg);
     if (r.base > 0)
-      std::printf("%10zu %12.2f %12s %14.2f %8.2f%s\n", r.size, r.kinet, mean.c_str(), r.base, r.ratio(),
+      std::printf("%10zu %12.2f %12s %14.2f %8.2f%s\n", r.size, r.kinet, mean, r.base, r.ratio(),
                   r.base_is_mean ? "  (means)" : "");
     else
-      std::printf("%10zu %12.2f %12s %14s %8s   %s\n", r.size, r.kinet, mean.c_str(), "-", "-", r.base_note.c_str());
+      std::printf("%10zu %12.2f %12s %14s %8s   %s\n", r.size, r.kinet, mean, "-", "-", r.base_note.c_str());
   }
   std::printf("goal: ratio %s\n", latency ? "<= 1.2 (kinet / baseline)" : ">= 0.9 (kinet / baseline)");
 }
