@@ -16,6 +16,7 @@
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "kinet/bootstrap.hpp"
+#include "core/thread_name.hpp"
 
 namespace kinet {
 namespace {
@@ -28,7 +29,10 @@ class RootService {
     std::memcpy(secret_, secret, sizeof secret_);
     stop_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!stop_) throw Error(ErrorCode::System, who_ + ": eventfd: " + std::strerror(errno));
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      name_this_thread("kinet-bs-root");
+      run();
+    });
   }
   ~RootService() {
     uint64_t one = 1;

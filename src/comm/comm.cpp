@@ -20,6 +20,7 @@
 #include "core/log.hpp"
 #include "kinet/proxy.hpp"
 #include "kinet/transport.hpp"
+#include "core/thread_name.hpp"
 
 namespace kinet {
 namespace {
@@ -323,6 +324,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   m.monitor_period = cfg.monitor_period.count() > 0 ? cfg.monitor_period : std::chrono::milliseconds(5);
 
   m.monitor = std::thread([&i = m] {
+    name_this_thread("kinet-comm-mon");
     std::unique_lock<std::mutex> lk(i.mu);
     while (!i.stopping) {
       for (int r = 0; r < i.size; ++r) {

@@ -17,6 +17,7 @@
 #include "fabric/tcp_link.hpp"
 #include "providers/emu/emu.hpp"
 #include "providers/emu/prm.hpp"
+#include "core/thread_name.hpp"
 
 namespace kinet::emu {
 using fabric::Clock;
@@ -86,7 +87,10 @@ uint64_t process_id() {
 
 RemotePeer::RemotePeer(std::unique_ptr<fabric::Link> link, std::string endpoint, uint64_t timeout_ms)
     : link_(std::move(link)), endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms) {
-  rx_ = std::thread([this] { receive(); });
+  rx_ = std::thread([this] {
+    name_this_thread("kinet-fab-rx");
+    receive();
+  });
 }
 
 RemotePeer::~RemotePeer() {
@@ -259,7 +263,10 @@ void RemoteFabric::start_tcp_locked() {
   bs::Fd lfd = bs::listen_on(itf.addr, 0, &bound);
   // The descriptors go by value: a leave() right after this join() may
   // reset the members before the thread first looks at them.
-  listener_ = std::thread([this, fd = lfd.get(), sfd = stop_fd_[0]] { listen_loop(fd, sfd); });
+  listener_ = std::thread([this, fd = lfd.get(), sfd = stop_fd_[0]] {
+    name_this_thread("kinet-fab-lsn");
+    listen_loop(fd, sfd);
+  });
   listen_fd_ = lfd.release();
   tcp_endpoint_ = fabric::tcp_endpoint(bound);
   KINET_LOG(Info, "emu fabric: listening at %s (interface %s)", tcp_endpoint_.c_str(), itf.name.c_str());
@@ -268,7 +275,10 @@ void RemoteFabric::start_tcp_locked() {
 void RemoteFabric::start_shm_locked() {
   const fabric::HostId& host = fabric::this_host();
   auto l = std::make_unique<fabric::ShmListener>(hex(process_id()).substr(2));
-  shm_listener_ = std::thread([this, raw = l.get(), sfd = stop_fd_[0]] { shm_listen_loop(raw, sfd); });
+  shm_listener_ = std::thread([this, raw = l.get(), sfd = stop_fd_[0]] {
+    name_this_thread("kinet-fab-shml");
+    shm_listen_loop(raw, sfd);
+  });
   shm_ = std::move(l);
   shm_endpoint_ = fabric::shm_endpoint(shm_->name(), host);
   KINET_LOG(Info, "emu fabric: listening at %s", shm_endpoint_.c_str());
@@ -398,7 +408,10 @@ void RemoteFabric::add_inbound(std::unique_ptr<fabric::Link> link) {
     std::lock_guard<std::mutex> g(mu_);
     inbound_.push_back(std::move(in));
   }
-  raw->th = std::thread([this, raw] { serve(*raw); });
+  raw->th = std::thread([this, raw] {
+    name_this_thread("kinet-fab-srv");
+    serve(*raw);
+  });
 }
 
 void RemoteFabric::serve(Inbound& in) {

@@ -31,6 +31,7 @@
 #include "fabric/tcp_link.hpp"
 #include "fabric/wire.hpp"
 #include "kinet/kinet.hpp"
+#include "core/thread_name.hpp"
 
 namespace kinet::transport {
 namespace {
@@ -86,7 +87,10 @@ class LinkChannel final : public Channel {
     }
     if (::pipe2(stop_pipe_, O_CLOEXEC) != 0)
       throw Error(ErrorCode::System, std::string("transport: pipe: ") + std::strerror(errno));
-    listener_ = std::thread([this] { listen_loop(); });
+    listener_ = std::thread([this] {
+      name_this_thread("kinet-chan-lsn");
+      listen_loop();
+    });
   }
 
   ~LinkChannel() override {
@@ -164,7 +168,10 @@ class LinkChannel final : public Channel {
     Out* raw = o.get();
     outs_.push_back(std::move(o));
     by_address_[a] = peer;
-    raw->th = std::thread([this, raw] { send_loop(*raw); });
+    raw->th = std::thread([this, raw] {
+      name_this_thread("kinet-chan-tx");
+      send_loop(*raw);
+    });
     return peer;
   }
 
@@ -402,7 +409,10 @@ class LinkChannel final : public Channel {
         continue;  // closes it
       }
       ins_.push_back(in);
-      in->th = std::thread([this, in] { recv_loop(in); });
+      in->th = std::thread([this, in] {
+        name_this_thread("kinet-chan-rx");
+        recv_loop(in);
+      });
     }
   }
 

@@ -42,6 +42,7 @@
 #include "providers/emu/emu.hpp"
 #include "providers/emu/prm.hpp"
 #include "providers/emu/safe_copy.hpp"
+#include "core/thread_name.hpp"
 
 namespace kinet::emu {
 using engine::QpRunner;
@@ -127,7 +128,10 @@ void Nic::reset_qp(EmuQp& qp, const std::function<void()>& reinit) {
 
 void Nic::start_engine() {
   relaxed = env::get_u64("KINET_EMU_RELAXED", 0) != 0;
-  engine = std::thread([this] { run_engine(); });
+  engine = std::thread([this] {
+    name_this_thread("kinet-emu");
+    run_engine();
+  });
 }
 
 void Nic::run_engine() {
