@@ -64,6 +64,12 @@ constexpr Variable kVariables[] = {
      "counts as lost (\"timeout after N ms waiting for <op> to <peer>\") and its operations complete with "
      "TransportRetryExceeded. Parsed as KINET_TIMEOUT_MS",
      "transports", false},
+    {"KINET_EMU_ACK_DELAY_US", "200",
+     "cross-process software NIC: how long (0 to 1000000 microseconds) a responder may hold the answers of WRITEs of "
+     "unsignalled WQEs back to send them with later ones (at most 64); 0 answers every WRITE at once. A signalled "
+     "WQE, a READ, an atomic, an error or a quiet behind them is answered at once and takes the held answers "
+     "along. Read once per process",
+     "emu provider", false},
     {"KINET_EMU_HOST_KICK", "1",
      "software NIC: 1: host threads that post to a QP (QpConfig::posters Host, rings in host memory) run its engine "
      "themselves at each doorbell and CQ poll (no busy NIC thread needed); 0: only the engine thread executes, "

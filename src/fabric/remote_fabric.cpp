@@ -229,6 +229,11 @@ struct RemoteFabric::Inbound {
   std::atomic<bool> finished{false};
 };
 
+std::chrono::microseconds RemoteFabric::ack_delay() {
+  static const std::chrono::microseconds d{std::min<uint64_t>(env::get_u64("KINET_EMU_ACK_DELAY_US", 200), 1000000)};
+  return d;
+}
+
 uint64_t RemoteFabric::timeout_ms() {
   static const uint64_t t = [] {
     std::string problem;
@@ -427,14 +432,30 @@ void RemoteFabric::serve(Inbound& in) {
     // Responses are batched: while the requester's next Request is already
     // read ahead, it is answered before anything is sent, and one send(2)
     // carries every answer so far (at most kBatchBytes of them). Nothing read
-    // ahead: the answers go now (no syscall spent looking).
+    // ahead: the answers go now (no syscall spent looking), unless all of
+    // them answer kAckLater Writes: those wait for the next Request up to
+    // the ack delay (at most kMaxHeld of them), so that a stream of
+    // unsignalled WRITEs costs the requester one wake-up per batch, not one
+    // per WRITE. A requester that needs its answers sends a Request without
+    // the flag (a signalled WQE, a READ, an atomic, a Flush), which takes the
+    // held ones along.
     constexpr size_t kBatchBytes = 256 * 1024;
+    constexpr size_t kMaxHeld = 64;
+    const auto delay = ack_delay();
+    size_t held = 0;      // answers in `out` that may still wait
+    bool urgent = false;  // `out` holds an answer that may not
+    Clock::time_point held_since{};
     for (;;) {
-      const bool have =
-          !out.empty() && out.size() < kBatchBytes && in.link->buffered() && link.recv(buf, Clock::now());
+      bool have = !out.empty() && out.size() < kBatchBytes && in.link->buffered() && link.recv(buf, Clock::now());
+      if (!have && !out.empty() && !urgent && held < kMaxHeld && out.size() < kBatchBytes) {
+        const auto due = held_since + delay;
+        if (Clock::now() < due) have = link.recv(buf, due);
+      }
       if (!have && !out.empty()) {
         link.send(out.data(), out.size(), Clock::now() + bound);
         out.clear();
+        held = 0;
+        urgent = false;
       }
       if (!have && !link.recv(buf, Clock::now() + 1s)) continue;  // idle: a requester may rest
       fabric::Frame f;
@@ -452,7 +473,9 @@ void RemoteFabric::serve(Inbound& in) {
       }
       fabric::Response r;
       r.seq = f.request.seq;
-      if (!nic) {
+      if (f.request.kind == fabric::OpKind::Flush) {
+        // Nothing to execute: its answer carries the held ones.
+      } else if (!nic) {
         r.syndrome = prm::kSynTransportRetry;
         r.why = "no emu device at node " + hex(f.request.to_node) + " on the cross-process fabric in " +
                 process_name() + " (closed, or never there)";
@@ -479,6 +502,12 @@ void RemoteFabric::serve(Inbound& in) {
           r.len = rq.len;
           r.payload = scratch.data();
         }
+      }
+      if ((f.request.flags & fabric::kAckLater) && !r.syndrome) {
+        if (out.empty()) held_since = Clock::now();
+        ++held;
+      } else {
+        urgent = true;
       }
       fabric::encode(r, out);  // appended; sent when no Request waits
     }

@@ -7,7 +7,9 @@
 // chunk of at most kMaxChunk bytes (WRITE carries its payload, copied from
 // the requester's memory when the request is sent; READ asks for bytes;
 // atomics carry their operands), one Response per Request (syndrome, reason,
-// READ data, the atomic's old value). Where results land: READ data and old
+// READ data, the atomic's old value; the answers of unsignalled WRITEs may be
+// held back up to ack_delay() and sent together: wire.hpp, kAckLater; a
+// signalled NOP behind them sends a Flush to have them now). Where results land: READ data and old
 // values are written into the requester's memory by its engine when the
 // Response is taken, after re-checking the local key.
 //
@@ -122,6 +124,10 @@ class RemoteFabric {
   std::shared_ptr<RemotePeer> peer(const std::string& endpoint, fabric::Via via);
   // KINET_EMU_PEER_TIMEOUT_MS, read once.
   uint64_t timeout_ms();
+  // KINET_EMU_ACK_DELAY_US (default 200, at most 1 s; 0: every answer at
+  // once), read once: how long a responder may hold the answers of kAckLater
+  // Writes back, waiting for more Requests to send them with.
+  static std::chrono::microseconds ack_delay();
 
  private:
   struct Inbound;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "fabric/poll_until.hpp"
 #include "fabric/wire.hpp"
 #include "kinet/kinet.hpp"
 
@@ -33,7 +34,7 @@ static_assert(kShmMinRing >= kMaxFrame && (kShmMinRing & (kShmMinRing - 1)) == 0
 
 // A waiter re-checks this often even without a wake-up: a safety net against
 // a peer that never sends one, not how wake-ups normally arrive.
-constexpr int kPollCapMs = 100;
+constexpr std::chrono::milliseconds kPollCap{100};
 constexpr int kSpin = 64;  // index checks before a waiter announces it sleeps
 
 std::string errtext(int e) { return std::system_category().message(e); }
@@ -41,11 +42,6 @@ std::string errtext(int e) { return std::system_category().message(e); }
   throw Error(ErrorCode::System, what + ": " + errtext(e));
 }
 
-int ms_left(Clock::time_point d) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(d - Clock::now()).count();
-  if (left <= 0) return 0;
-  return left > INT_MAX ? INT_MAX : static_cast<int>(left);
-}
 long long ms_between(Clock::time_point a, Clock::time_point b) {
   return b > a ? std::chrono::ceil<std::chrono::milliseconds>(b - a).count() : 0;
 }
@@ -86,7 +82,7 @@ struct Unmap {  // a mapping until a link owns it
 short poll1(int fd, short events, Clock::time_point d) {
   for (;;) {
     pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, ms_left(d));
+    const int n = poll_until(&p, 1, d);
     if (n > 0) return p.revents;
     if (n == 0 && Clock::now() >= d) return 0;
     if (n < 0 && errno != EINTR) sys_fail("shm: poll", errno);
@@ -302,13 +298,12 @@ class ShmLink final : public Link {
         clear_wait(ctl, flag);
         return true;
       }
-      const int left = ms_left(deadline);
-      if (left == 0) {
+      if (Clock::now() >= deadline) {
         clear_wait(ctl, flag);
         return false;
       }
       pollfd p[2] = {{fd, POLLIN, 0}, {closer_.get(), POLLIN, 0}};
-      const int rc = ::poll(p, 2, std::min(left, kPollCapMs));
+      const int rc = poll_until(p, 2, deadline, kPollCap);
       const int e = errno;
       clear_wait(ctl, flag);
       if (closed_.load(std::memory_order_acquire)) lost("link closed");

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "fabric/poll_until.hpp"
 #include "kinet/kinet.hpp"
 
 namespace kinet::fabric {
@@ -83,7 +84,7 @@ namespace {
 bool wait_fd(int fd, short events, Clock::time_point deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, bs::ms_left(deadline));
+    const int n = poll_until(&p, 1, deadline);
     if (n > 0) return true;
     if (n == 0) return false;
     if (errno != EINTR) return true;  // let the next call report the error

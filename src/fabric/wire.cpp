@@ -100,16 +100,26 @@ bool decode_request(const uint8_t* b, uint32_t len, Request* r, std::string* why
   r->to_qpn = ld32(b + 60);
   r->rkey = ld32(b + 64);
   const uint8_t kind = b[68];
+  r->flags = b[69];
   r->payload = nullptr;
-  for (int i = 69; i < 72; ++i)
+  for (int i = 70; i < 72; ++i)
     if (b[i]) return fail(why, "request: reserved byte " + num(i) + " is " + hex(b[i]) + " (must be 0)");
-  if (kind < static_cast<uint8_t>(OpKind::Write) || kind > static_cast<uint8_t>(OpKind::CompareSwap))
-    return fail(why, "request: kind " + num(kind) + " is unknown (1..4)");
+  if (kind < static_cast<uint8_t>(OpKind::Write) || kind > static_cast<uint8_t>(OpKind::Flush))
+    return fail(why, "request: kind " + num(kind) + " is unknown (1..5)");
   r->kind = static_cast<OpKind>(kind);
+  if (r->flags & ~kAckLater)
+    return fail(why, "request: flags " + hex(r->flags) + " has unknown bits (known: ack_later " + hex(kAckLater) + ")");
+  if ((r->flags & kAckLater) && r->kind != OpKind::Write)
+    return fail(why, std::string("request: ") + op_kind_name(r->kind) + " with ack_later (only a WRITE's answer may wait)");
   if (r->from_qpn > 0xffffff) return fail(why, "request: from_qpn " + hex(r->from_qpn) + " exceeds 24 bits");
   if (r->to_qpn > 0xffffff) return fail(why, "request: to_qpn " + hex(r->to_qpn) + " exceeds 24 bits");
   const std::string what = std::string("request: ") + op_kind_name(r->kind);
   const bool atomic = r->kind == OpKind::FetchAdd || r->kind == OpKind::CompareSwap;
+  if (r->kind == OpKind::Flush) {
+    if (r->raddr || r->len || r->rkey)
+      return fail(why, what + " with raddr " + hex(r->raddr) + ", len " + num(r->len) + ", rkey " + hex(r->rkey) +
+                           " (all must be 0)");
+  }
   if (atomic) {
     if (r->len != 8) return fail(why, what + " len " + num(r->len) + " (atomics are 8 bytes)");
   } else {
@@ -163,6 +173,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::Read: return "READ";
     case OpKind::FetchAdd: return "FETCH_ADD";
     case OpKind::CompareSwap: return "COMPARE_SWAP";
+    case OpKind::Flush: return "FLUSH";
   }
   return "?";
 }
@@ -182,6 +193,8 @@ void encode(const Request& r, std::vector<uint8_t>& out) {
   assert(r.from_qpn <= 0xffffff && r.to_qpn <= 0xffffff);
   assert(r.kind == OpKind::FetchAdd || r.kind == OpKind::CompareSwap ? r.len == 8 : r.len <= kMaxChunk);
   assert(!write || r.len == 0 || r.payload);
+  assert((r.flags & ~kAckLater) == 0 && (write || !r.flags));
+  assert(r.kind != OpKind::Flush || (r.raddr == 0 && r.len == 0 && r.rkey == 0));
   put_header(out, FrameType::Request, kRequestFixed + (write ? r.len : 0));
   put64(out, r.seq);
   put64(out, r.from_node);
@@ -194,7 +207,8 @@ void encode(const Request& r, std::vector<uint8_t>& out) {
   put32(out, r.to_qpn);
   put32(out, r.rkey);
   put8(out, static_cast<uint8_t>(r.kind));
-  for (int i = 0; i < 3; ++i) put8(out, 0);
+  put8(out, r.flags);
+  for (int i = 0; i < 2; ++i) put8(out, 0);
   if (write) put_bytes(out, r.payload, r.len);
 }
 

@@ -8,7 +8,9 @@
 //            largest frame it accepts.
 //   Request  one responder operation (a whole WQE or one chunk of it): WRITE
 //            carries its payload; READ asks for `len` bytes back; atomics
-//            carry operand/compare and get the old value back.
+//            carry operand/compare and get the old value back; Flush asks
+//            for nothing but its answer, which sends every answer held back
+//            before it (see ack_later below).
 //   Response answers one Request (same seq): a PRM syndrome (0 = done), a
 //            reason text, READ data, the atomic's old value.
 // A requester splits a transfer into Requests of at most kMaxChunk bytes, so
@@ -19,13 +21,15 @@
 //            u16 | 16 name (printable ASCII)                    = 16 + name_len
 //   Request  0 seq | 8 from_node | 16 to_node | 24 raddr | 32 len | 40 operand |
 //            48 compare (u64s) | 56 from_qpn u32 | 60 to_qpn u32 | 64 rkey u32 |
-//            68 kind u8 | 69 reserved u8[3] | 72 payload (Write only)
+//            68 kind u8 | 69 flags u8 | 70 reserved u8[2] | 72 payload (Write only)
 //                                                  = 72 (+ len for a Write)
 //   Response 0 seq | 8 old_value | 16 len (u64s) | 24 syndrome u8 | 25 reserved
 //            u8 | 26 why_len u16 | 28 reserved u32 | 32 why (printable ASCII) |
 //            32 + why_len payload (len bytes)      = 32 + why_len + len
 // Field rules decode() enforces: QPNs are 24 bits; Write/Read len <= kMaxChunk
 // and operand = compare = 0; FetchAdd len 8, compare 0; CompareSwap len 8;
+// Flush raddr = len = rkey = operand = compare = 0; flags only kAckLater,
+// only on a Write;
 // a Response with syndrome 0 has no reason, one with a syndrome no payload;
 // Hello max_frame in [kMaxFrame, kMaxFrameCeiling], name <= kMaxName.
 // Alignment of an atomic's raddr is the responder's check (an error CQE, not
@@ -45,7 +49,7 @@
 namespace kinet::fabric {
 
 inline constexpr uint32_t kMagic = 0x31464e4b;  // "KNF1" read as little-endian bytes
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;  // 2: Request flags, Flush
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr uint64_t kMaxChunk = 1u << 20;  // payload bytes per Request / Response
 inline constexpr size_t kMaxWhy = 512;           // reason text bytes in a Response
@@ -60,8 +64,8 @@ inline constexpr size_t kHelloFixed = 16, kRequestFixed = 72, kResponseFixed = 3
 enum class FrameType : uint8_t { Hello = 1, Request = 2, Response = 3, Transport = 4 };
 
 // Operation kinds, as they travel (values are the wire's, not the PRM's).
-enum class OpKind : uint8_t { Write = 1, Read = 2, FetchAdd = 3, CompareSwap = 4 };
-// "WRITE", "READ", "FETCH_ADD", "COMPARE_SWAP"; "?" for a value outside the enum.
+enum class OpKind : uint8_t { Write = 1, Read = 2, FetchAdd = 3, CompareSwap = 4, Flush = 5 };
+// "WRITE", "READ", "FETCH_ADD", "COMPARE_SWAP", "FLUSH"; "?" for a value outside the enum.
 const char* op_kind_name(OpKind k);
 
 struct Hello {
@@ -72,6 +76,8 @@ struct Hello {
 
 // Addresses on the wire: a node is one software NIC, unique across hosts and
 // processes (64 random bits); a QP is named by its node and QPN.
+inline constexpr uint8_t kAckLater = 0x01;  // Request::flags
+
 struct Request {
   uint64_t seq = 0;            // requester's, echoed by the Response
   uint64_t from_node = 0;
@@ -84,6 +90,12 @@ struct Request {
   uint64_t len = 0;            // Write: payload size; Read: bytes asked; atomics: 8
   uint64_t operand = 0;        // FetchAdd: add; CompareSwap: swap
   uint64_t compare = 0;        // CompareSwap
+  // kAckLater: the requester needs this Write's answer only eventually (it
+  // retires a WQE nobody waits on: an unsignalled WRITE), so the responder
+  // may hold a successful answer back, up to its ack delay, and send it with
+  // later ones (KINET_EMU_ACK_DELAY_US). Every other answer goes at once and
+  // takes the held ones with it. What the Write did to memory is not delayed.
+  uint8_t flags = 0;
   // Write: the payload (len bytes). encode() takes it by pointer, decode()
   // points into the received buffer (valid while that buffer is).
   const uint8_t* payload = nullptr;

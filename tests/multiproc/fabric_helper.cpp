@@ -43,6 +43,7 @@ constexpr size_t kBuf = 6u << 20;                 // each side's main buffer
 constexpr size_t kBig = (5u << 19) + 123;         // 2.5 MiB + 123: over kMaxChunk, not a multiple of it
 constexpr size_t kAtomicOff = kBuf - 64;          // the atomic word in the responder's buffer
 constexpr uint64_t kAtomicInit = 0x1000;
+constexpr size_t kAcksBytes = 64 * 1024;          // what the "acks" scenario writes
 
 [[noreturn]] void fail(const std::string& what) {
   std::printf("FAIL %s\n", what.c_str());
@@ -180,6 +181,43 @@ void requester_ops(Side& s) {
   if (res[0] != kAtomicInit) fail("fetch_add old value " + std::to_string(res[0]));
   if (res[1] != kAtomicInit + 5) fail("compare_swap (hit) old value " + std::to_string(res[1]));
   if (res[2] != 77) fail("compare_swap (miss) old value " + std::to_string(res[2]));
+}
+
+// Held answers (KINET_EMU_ACK_DELAY_US, set to 1 s by the test): what waits
+// for completions must not wait for the delay. Prints the milliseconds each
+// wait took; the responder checks the bytes of all of them.
+void requester_acks(Side& s) {
+  kinet::QueuePair& q = *s.qps[0];
+  const dev::QpHandle h = q.handle();
+  uint8_t* L = s.buf.data();
+  const uint64_t R = s.peer.key.addr;
+  const auto lk = s.mr->lkey();
+  const auto rk = s.peer.key.key();
+  for (size_t i = 0; i < kAcksBytes; ++i) L[i] = pat(0, i);
+  size_t off = 0;
+  auto unsignalled = [&](int n) {
+    for (int i = 0; i < n; ++i, off += 64) expect_ok(dev::put<X>(h, L + off, lk, R + off, rk, 64, 0), "unsignalled put", q);
+  };
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  };
+  // Three: fewer than the ring's signal period (a periodic CQE request would
+  // make the third WRITE signalled, and its answer would go at once).
+  auto t0 = Clock::now();
+  unsignalled(3);
+  expect_ok(dev::quiet<X>(h), "quiet after unsignalled puts", q);  // a signalled NOP: sends a Flush
+  line("QUIET_MS " + std::to_string(ms_since(t0)));
+  t0 = Clock::now();
+  unsignalled(3);
+  dev::Ticket t;
+  expect_ok(dev::put<X>(h, L + off, lk, R + off, rk, 64, dev::kSignal, &t), "signalled put", q);
+  off += 64;
+  expect_ok(dev::wait<X>(h, t), "wait for the signalled put", q);
+  line("SIGNALLED_MS " + std::to_string(ms_since(t0)));
+  t0 = Clock::now();
+  unsignalled(static_cast<int>((kAcksBytes - off) / 64));  // many times the ring: reuses slots
+  expect_ok(dev::quiet<X>(h), "quiet after the stream", q);
+  line("STREAM_MS " + std::to_string(ms_since(t0)));
 }
 
 void responder_verify(Side& s) {
@@ -347,6 +385,17 @@ int main(int argc, char** argv) {
       bs->barrier();
       s.qps.clear();  // clean teardown on both sides at once (sanitizers check it)
       s.dev.reset();
+    } else if (scenario == "acks") {
+      if (rank == 0) requester_acks(s);
+      bs->barrier();
+      if (rank == 1) {
+        s.mr.reset();  // as in "ops": the writes are done once this returns
+        for (size_t i = 0; i < kAcksBytes; ++i)
+          if (s.buf[i] != pat(0, i)) fail("acks: byte " + std::to_string(i) + " differs");
+      }
+      bs->barrier();
+      s.qps.clear();
+      s.dev.reset();
     } else if (scenario == "errors") {
       if (rank == 0) requester_errors(s);
       bs->barrier();
@@ -375,7 +424,7 @@ int main(int argc, char** argv) {
       fail("unknown scenario " + scenario);
     }
     line("OK");
-    if (scenario == "ops" || scenario == "errors") {
+    if (scenario == "ops" || scenario == "errors" || scenario == "acks") {
       bs.reset();
       return 0;
     }

@@ -45,6 +45,7 @@ struct Where {
   std::vector<std::string> prefix[2];  // argv before the helper
   std::string ifname[2];               // KINET_SOCKET_IFNAME of each
   std::string cut_if;                  // the responder's interface (cut scenario)
+  std::vector<std::string> env;        // more environment of both
 };
 
 std::vector<kinet::test::Proc> run_pair(const Where& w, const std::string& scenario, std::chrono::seconds bound) {
@@ -56,8 +57,10 @@ std::vector<kinet::test::Proc> run_pair(const Where& w, const std::string& scena
     argv.insert(argv.end(), {KINET_FABRIC_HELPER, "--id-file", file, "--rank", std::to_string(r), "--scenario",
                              scenario, "--fabric", w.fabric});
     if (!w.cut_if.empty()) argv.insert(argv.end(), {"--cut-if", w.cut_if});
-    ps.push_back(kinet::test::spawn(argv, {"KINET_SOCKET_IFNAME=" + w.ifname[r],
-                                           "KINET_EMU_PEER_TIMEOUT_MS=" + std::to_string(kPeerTimeoutMs)}));
+    std::vector<std::string> env = {"KINET_SOCKET_IFNAME=" + w.ifname[r],
+                                    "KINET_EMU_PEER_TIMEOUT_MS=" + std::to_string(kPeerTimeoutMs)};
+    env.insert(env.end(), w.env.begin(), w.env.end());
+    ps.push_back(kinet::test::spawn(argv, env));
     EXPECT_GT(ps.back().pid, 0) << "spawn failed";
   }
   kinet::test::wait_all(ps, bound);
@@ -141,6 +144,21 @@ std::string name_of(const ::testing::TestParamInfo<const char*>& i) { return i.p
 TEST_P(FabricLoopback, EveryOperationVerified) { every_operation(w()); }
 TEST_P(FabricLoopback, RemoteErrorsAreExactSyndromes) { remote_errors(w()); }
 TEST_P(FabricLoopback, KillNineOfThePeer) { kill_peer(w()); }
+// Answers of unsignalled WRITEs may be held back (KINET_EMU_ACK_DELAY_US, here
+// 1 s): a quiet (signalled NOP, which sends a Flush), a signalled WRITE and a
+// stream many times the ring each complete without waiting for the delay.
+TEST_P(FabricLoopback, HeldAnswersNeverDelayAWaiter) {
+  Where where = w();
+  where.env = {"KINET_EMU_ACK_DELAY_US=1000000"};
+  auto ps = run_pair(where, "acks", 60s);
+  expect_ok(ps);
+  SCOPED_TRACE(ps[0].out);
+  for (const char* what : {"QUIET_MS ", "SIGNALLED_MS ", "STREAM_MS "}) {
+    const std::string l = find_line(ps[0].out, what);
+    ASSERT_FALSE(l.empty()) << what;
+    EXPECT_LT(std::atol(l.c_str()), 500) << what << "took as long as the ack delay";
+  }
+}
 // A peer that stops (SIGSTOP) keeps its connection but answers nothing: the
 // error comes after KINET_EMU_PEER_TIMEOUT_MS, not before (the receiver
 // checks at least every 100 ms).

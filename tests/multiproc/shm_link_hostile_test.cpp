@@ -224,7 +224,7 @@ struct Hostile {
 Bytes header(uint32_t body_len, uint32_t magic = kMagic) {
   Bytes h(16, 0);
   std::memcpy(h.data(), &magic, 4);
-  h[4] = 1, h[5] = 2;
+  h[4] = kVersion, h[5] = 2;
   std::memcpy(h.data() + 8, &body_len, 4);
   return h;
 }

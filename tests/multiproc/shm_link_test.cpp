@@ -45,7 +45,7 @@ std::string unique_name(const char* what) {
 Bytes frame(size_t n, uint32_t seed, uint8_t type = 2) {
   Bytes b(n);
   const uint32_t body = static_cast<uint32_t>(n - kHeaderBytes);
-  const uint8_t h[16] = {'K', 'N', 'F', '1', 1, type, 0, 0, uint8_t(body), uint8_t(body >> 8), uint8_t(body >> 16),
+  const uint8_t h[16] = {'K', 'N', 'F', '1', kVersion, type, 0, 0, uint8_t(body), uint8_t(body >> 8), uint8_t(body >> 16),
                          uint8_t(body >> 24), 0, 0, 0, 0};
   std::memcpy(b.data(), h, 16);
   uint32_t x = seed * 2654435761u + 1;

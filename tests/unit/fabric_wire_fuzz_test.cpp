@@ -62,7 +62,16 @@ std::vector<Seed> seeds() {
       if (k == OpKind::FetchAdd || k == OpKind::CompareSwap) r.operand = 5;
       if (k == OpKind::CompareSwap) r.compare = 6;
       add(r, {{H + 32, 8}});
+      if (k == OpKind::Write && p) {  // the same with its answer allowed to wait
+        r.flags = kAckLater;
+        add(r, {{H + 32, 8}, {H + 69, 1}});
+      }
     }
+  }
+  {
+    Request r;
+    r.seq = 13, r.from_node = 1, r.from_qpn = 2, r.to_node = 3, r.to_qpn = 4, r.kind = OpKind::Flush;
+    add(r, {{H + 32, 8}, {H + 69, 1}});
   }
   for (const Bytes* p : {static_cast<const Bytes*>(nullptr), &p1, &p300}) {
     Response r;

@@ -57,6 +57,9 @@ Request request(OpKind k, const Bytes* payload = nullptr) {
     r.payload = payload ? payload->data() : nullptr;
   } else if (k == OpKind::Read) {
     r.len = 4096;
+  } else if (k == OpKind::Flush) {
+    r.raddr = 0;
+    r.rkey = 0;
   } else {
     r.len = 8;
     r.operand = 0x0102030405060708ull;
@@ -107,7 +110,7 @@ TEST(FabricWire, HelloRoundTrips) {
 
 TEST(FabricWire, HeaderLayoutIsLittleEndianKnf1) {
   Bytes b = enc(hello("ab"));
-  const uint8_t want[16] = {'K', 'N', 'F', '1', 1, 1, 0, 0, 18, 0, 0, 0, 0, 0, 0, 0};
+  const uint8_t want[16] = {'K', 'N', 'F', '1', 2, 1, 0, 0, 18, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(0, std::memcmp(b.data(), want, 16));
   EXPECT_EQ(b[H + 0], 0xef);  // process_id low byte first
   EXPECT_EQ(b[H + 12], 2);    // name_len
@@ -119,10 +122,13 @@ TEST(FabricWire, RequestOfEveryKindRoundTrips) {
   struct Case {
     OpKind k;
     const Bytes* payload;
-  } cases[] = {{OpKind::Write, nullptr}, {OpKind::Write, &one}, {OpKind::Write, &big},
-               {OpKind::Read, nullptr},  {OpKind::FetchAdd, nullptr}, {OpKind::CompareSwap, nullptr}};
+    uint8_t flags = 0;
+  } cases[] = {{OpKind::Write, nullptr},      {OpKind::Write, &one},         {OpKind::Write, &big},
+               {OpKind::Write, &one, kAckLater}, {OpKind::Read, nullptr},      {OpKind::FetchAdd, nullptr},
+               {OpKind::CompareSwap, nullptr}, {OpKind::Flush, nullptr}};
   for (const Case& c : cases) {
-    const Request r = request(c.k, c.payload);
+    Request r = request(c.k, c.payload);
+    r.flags = c.flags;
     Bytes b = enc(r);
     Frame f;
     std::string why;
@@ -135,6 +141,8 @@ TEST(FabricWire, RequestOfEveryKindRoundTrips) {
     EXPECT_EQ(d.to_node, r.to_node);
     EXPECT_EQ(d.to_qpn, r.to_qpn);
     EXPECT_EQ(d.kind, r.kind);
+    EXPECT_EQ(d.flags, r.flags);
+    EXPECT_EQ(b[H + 69], r.flags);  // the flags byte's place
     EXPECT_EQ(d.raddr, r.raddr);
     EXPECT_EQ(d.rkey, r.rkey);
     EXPECT_EQ(d.len, r.len);
@@ -198,8 +206,9 @@ TEST(FabricWire, HeaderFieldsEachRefused) {
     std::string why;
   } cases[] = {
       {0, 0x32464e4b, 4, "frame header: magic 0x32464e4b is not KNF1 (0x31464e4b)"},
-      {4, 2, 1, "frame header: version 2 (this side speaks 1)"},
-      {4, 0, 1, "frame header: version 0 (this side speaks 1)"},
+      {4, 1, 1, "frame header: version 1 (this side speaks 2)"},  // before Request flags and Flush
+      {4, 3, 1, "frame header: version 3 (this side speaks 2)"},
+      {4, 0, 1, "frame header: version 0 (this side speaks 2)"},
       {5, 0, 1, "frame header: type 0 is unknown (1..4)"},
       {5, 5, 1, "frame header: type 5 is unknown (1..4)"},
       {5, 4, 1, "frame: type 4 is a transport message, not a software-NIC frame"},
@@ -271,10 +280,22 @@ TEST(FabricWire, RequestFieldsEachRefused) {
     set_le(b, H + off, v, w);
     return fail(b);
   };
-  EXPECT_EQ(with(OpKind::Read, 68, 0, 1), "request: kind 0 is unknown (1..4)");
-  EXPECT_EQ(with(OpKind::Read, 68, 5, 1), "request: kind 5 is unknown (1..4)");
-  EXPECT_EQ(with(OpKind::Read, 69, 1, 1), "request: reserved byte 69 is 0x1 (must be 0)");
+  EXPECT_EQ(with(OpKind::Read, 68, 0, 1), "request: kind 0 is unknown (1..5)");
+  EXPECT_EQ(with(OpKind::Read, 68, 6, 1), "request: kind 6 is unknown (1..5)");
+  EXPECT_EQ(with(OpKind::Write, 69, 2, 1), "request: flags 0x2 has unknown bits (known: ack_later 0x1)");
+  EXPECT_EQ(with(OpKind::Write, 69, 0x81, 1), "request: flags 0x81 has unknown bits (known: ack_later 0x1)");
+  // Only a WRITE's answer may wait: the others carry results or are the ask for them.
+  EXPECT_EQ(with(OpKind::Read, 69, 1, 1), "request: READ with ack_later (only a WRITE's answer may wait)");
+  EXPECT_EQ(with(OpKind::FetchAdd, 69, 1, 1), "request: FETCH_ADD with ack_later (only a WRITE's answer may wait)");
+  EXPECT_EQ(with(OpKind::Flush, 69, 1, 1), "request: FLUSH with ack_later (only a WRITE's answer may wait)");
+  EXPECT_EQ(with(OpKind::Read, 70, 1, 1), "request: reserved byte 70 is 0x1 (must be 0)");
   EXPECT_EQ(with(OpKind::Read, 71, 0x80, 1), "request: reserved byte 71 is 0x80 (must be 0)");
+  // A Flush names nothing in memory.
+  EXPECT_EQ(with(OpKind::Flush, 24, 0x1000, 8), "request: FLUSH with raddr 0x1000, len 0, rkey 0x0 (all must be 0)");
+  EXPECT_EQ(with(OpKind::Flush, 64, 7, 4), "request: FLUSH with raddr 0x0, len 0, rkey 0x7 (all must be 0)");
+  EXPECT_EQ(with(OpKind::Flush, 32, 8, 8), "request: FLUSH with raddr 0x0, len 8, rkey 0x0 (all must be 0)");
+  EXPECT_EQ(with(OpKind::Flush, 40, 1, 8), "request: FLUSH operand 0x1 (must be 0)");
+  EXPECT_EQ(with(OpKind::Flush, 48, 1, 8), "request: FLUSH compare 0x1 (must be 0)");
   EXPECT_EQ(with(OpKind::Read, 56, 0x1000000, 4), "request: from_qpn 0x1000000 exceeds 24 bits");
   EXPECT_EQ(with(OpKind::Read, 60, 0xffffffff, 4), "request: to_qpn 0xffffffff exceeds 24 bits");
   EXPECT_EQ(with(OpKind::Read, 32, kMaxChunk + 1, 8), "request: READ len 1048577 exceeds kMaxChunk 1048576");

@@ -58,8 +58,10 @@ KickTable& kicks() {
   return *t;
 }
 // Idle passes before an engine whose QPs are all kicked by their posters
-// sleeps (KINET_EMU_KICKED_IDLE_US between looks).
-constexpr uint32_t kKickedIdlePasses = 64;
+// sleeps (KINET_EMU_KICKED_IDLE_US between looks): one. Its posters run the
+// QPs; yielding passes here only took turns with them on a busy CPU while a
+// woken link thread waited for it (seen with perf sched on a 2-vCPU VM).
+constexpr uint32_t kKickedIdlePasses = 1;
 }  // namespace
 
 void Nic::add_kick(const std::shared_ptr<EmuQp>& qp) {

@@ -77,7 +77,13 @@ void QpRunner::set_fault(InFlight& e, const Fault& f) {
 // one for an atomic), each split at kMaxChunk, remote addresses consecutive.
 void QpRunner::plan(InFlight& e) {
   const DecodedWqe& w = e.w;
-  if (w.opcode == prm::kNop) return;
+  if (w.opcode == prm::kNop) {
+    // A signalled NOP (quiet) completes after everything before it: the
+    // answers of earlier unsignalled WRITEs may be held back by the
+    // responder (kAckLater), so it asks for them with a Flush.
+    if (w.signaled && !qp_.window.empty()) e.chunks.emplace_back();
+    return;
+  }
   auto split = [&](int sge, uint64_t len, uint64_t raddr) {
     uint64_t off = 0;
     do {
@@ -124,8 +130,17 @@ bool QpRunner::pump(InFlight& e) {
     rq.rkey = w.rkey;
     rq.len = c.len;
     switch (w.opcode) {
+      case prm::kNop:
+        rq.kind = fabric::OpKind::Flush;
+        rq.raddr = rq.rkey = 0;
+        rq.len = 0;
+        break;
       case prm::kRdmaWrite:
         rq.kind = fabric::OpKind::Write;
+        // Nobody waits for an unsignalled WRITE's answer: the responder may
+        // batch it (wire.hpp, kAckLater), unless the budget is half spent and
+        // answers must come back to refill it.
+        if (!w.signaled && qp_.remote_out_bytes + cost(c) <= kRemoteOutBytes / 2) rq.flags = fabric::kAckLater;
         if (c.sge < 0) {
           rq.payload = e.bb + prm::kSeg2 + prm::kInlineHeader + c.sge_off;
         } else {
