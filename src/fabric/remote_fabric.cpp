@@ -113,6 +113,7 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
     }
     rq.seq = ++seq_;
     c->sent = Clock::now();
+    c->later = rq.flags & fabric::kAckLater;
     pending_[rq.seq] = c;
   }
   buf_.clear();
@@ -169,7 +170,12 @@ void RemotePeer::receive() {
         spare_.pop_back();
       }
       if (!pending_.empty()) {
-        const auto due = pending_.begin()->second->sent + bound;
+        // A held answer may come up to the ack delay late (both sides read
+        // the same variable); a later Request's answer brings the held ones
+        // along, so the oldest pending Call bounds them all.
+        const Call& oldest = *pending_.begin()->second;
+        const auto due = oldest.sent + bound +
+                         (oldest.later ? RemoteFabric::ack_delay() : std::chrono::microseconds(0));
         if (due <= now) {
           g.unlock();
           fail("timeout after " + std::to_string(timeout_ms_) +

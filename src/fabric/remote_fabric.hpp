@@ -61,6 +61,7 @@ struct Call {
   const uint8_t* data = nullptr;
   uint64_t len = 0;
   fabric::Clock::time_point sent;
+  bool later = false;  // sent with kAckLater: its answer may come ack_delay() late
 };
 
 // An outbound link to one peer process.

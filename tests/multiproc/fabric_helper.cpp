@@ -220,6 +220,19 @@ void requester_acks(Side& s) {
   line("STREAM_MS " + std::to_string(ms_since(t0)));
 }
 
+// Three unsignalled WRITEs whose answers the responder holds (delay 1 s),
+// then nothing for 1.3 s (past the 400 ms peer timeout), then a quiet.
+void requester_held(Side& s) {
+  kinet::QueuePair& q = *s.qps[0];
+  const dev::QpHandle h = q.handle();
+  for (size_t i = 0; i < 3 * 64; ++i) s.buf[i] = pat(0, i);
+  for (int i = 0; i < 3; ++i)
+    expect_ok(dev::put<X>(h, s.buf.data() + 64 * i, s.mr->lkey(), s.peer.key.addr + 64 * i, s.peer.key.key(), 64, 0),
+              "unsignalled put", q);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  expect_ok(dev::quiet<X>(h), "quiet after answers held past the peer timeout", q);
+}
+
 void responder_verify(Side& s) {
   const uint8_t* R = s.buf.data();
   const size_t end = kBig + 64 * 300 + kinet::mlx5::kMaxInlineOneBB + 4000;
@@ -385,12 +398,12 @@ int main(int argc, char** argv) {
       bs->barrier();
       s.qps.clear();  // clean teardown on both sides at once (sanitizers check it)
       s.dev.reset();
-    } else if (scenario == "acks") {
-      if (rank == 0) requester_acks(s);
+    } else if (scenario == "acks" || scenario == "held") {
+      if (rank == 0) scenario == "acks" ? requester_acks(s) : requester_held(s);
       bs->barrier();
       if (rank == 1) {
         s.mr.reset();  // as in "ops": the writes are done once this returns
-        for (size_t i = 0; i < kAcksBytes; ++i)
+        for (size_t i = 0; i < (scenario == "acks" ? kAcksBytes : 3 * 64); ++i)
           if (s.buf[i] != pat(0, i)) fail("acks: byte " + std::to_string(i) + " differs");
       }
       bs->barrier();
@@ -424,7 +437,7 @@ int main(int argc, char** argv) {
       fail("unknown scenario " + scenario);
     }
     line("OK");
-    if (scenario == "ops" || scenario == "errors" || scenario == "acks") {
+    if (scenario == "ops" || scenario == "errors" || scenario == "acks" || scenario == "held") {
       bs.reset();
       return 0;
     }

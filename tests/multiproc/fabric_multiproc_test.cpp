@@ -45,7 +45,7 @@ struct Where {
   std::vector<std::string> prefix[2];  // argv before the helper
   std::string ifname[2];               // KINET_SOCKET_IFNAME of each
   std::string cut_if;                  // the responder's interface (cut scenario)
-  std::vector<std::string> env;        // more environment of both
+  std::vector<std::string> env;        // more environment of both (wins over the defaults)
 };
 
 std::vector<kinet::test::Proc> run_pair(const Where& w, const std::string& scenario, std::chrono::seconds bound) {
@@ -59,7 +59,7 @@ std::vector<kinet::test::Proc> run_pair(const Where& w, const std::string& scena
     if (!w.cut_if.empty()) argv.insert(argv.end(), {"--cut-if", w.cut_if});
     std::vector<std::string> env = {"KINET_SOCKET_IFNAME=" + w.ifname[r],
                                     "KINET_EMU_PEER_TIMEOUT_MS=" + std::to_string(kPeerTimeoutMs)};
-    env.insert(env.end(), w.env.begin(), w.env.end());
+    env.insert(env.end(), w.env.begin(), w.env.end());  // spawn(): a later one of a name replaces an earlier
     ps.push_back(kinet::test::spawn(argv, env));
     EXPECT_GT(ps.back().pid, 0) << "spawn failed";
   }
@@ -158,6 +158,14 @@ TEST_P(FabricLoopback, HeldAnswersNeverDelayAWaiter) {
     ASSERT_FALSE(l.empty()) << what;
     EXPECT_LT(std::atol(l.c_str()), 500) << what << "took as long as the ack delay";
   }
+}
+// A held answer is not a stalled peer: with a peer timeout (400 ms) shorter
+// than the ack delay (1 s), WRITEs whose answers are held and nothing behind
+// them for 1.3 s still complete (the requester's bound grows by the delay).
+TEST_P(FabricLoopback, HeldAnswersAreNotAPeerTimeout) {
+  Where where = w();
+  where.env = {"KINET_EMU_ACK_DELAY_US=1000000", "KINET_EMU_PEER_TIMEOUT_MS=400"};
+  expect_ok(run_pair(where, "held", 60s));
 }
 // A peer that stops (SIGSTOP) keeps its connection but answers nothing: the
 // error comes after KINET_EMU_PEER_TIMEOUT_MS, not before (the receiver
