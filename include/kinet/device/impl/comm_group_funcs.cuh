@@ -54,7 +54,15 @@ __device__ Status cta_put(const CommHandle& c, int peer, const WindowHandle& dst
   __shared__ int s_status;
   const uint32_t n = blockDim.x * blockDim.y * blockDim.z;
   const uint32_t rank = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  const bool direct = c.abi == kCommHandleAbi && peer >= 0 && peer < c.size && comm_direct(c.peers[peer].path);
+  const bool in_comm = c.abi == kCommHandleAbi && peer >= 0 && peer < c.size;
+  // Every thread loads the peer's path and the destination's mapping before
+  // the barrier, independently: the two loads overlap each other and the
+  // leader's checks (which then find them cached) instead of following them
+  // (+0.01-0.02 of cudaMemcpy's rate at 16-32 MiB on an H200, where a put is
+  // one wave of CTAs: docs/PERFORMANCE.md section 8). The mapping is read
+  // only under the checks comm_check reads it under (handle word, peer in range).
+  uint8_t* const mapped = in_comm && dst.abi == kWindowHandleAbi ? dst.peers[peer].mapped : nullptr;
+  const bool direct = in_comm && comm_direct(c.peers[peer].path);
   if (rank == 0) {
     int st = 0;
     if (!direct || bytes == 0) st = static_cast<int>(comm_put<S>(c, peer, dst, dst_off, src, src_off, bytes, ctr_index));
@@ -63,7 +71,7 @@ __device__ Status cta_put(const CommHandle& c, int peer, const WindowHandle& dst
   }
   __syncthreads();
   const int st = s_status;
-  if (st == 0 && direct && bytes) group_copy(dst.peers[peer].mapped + dst_off, src.local + src_off, bytes, rank, n);
+  if (st == 0 && direct && bytes) group_copy(mapped + dst_off, src.local + src_off, bytes, rank, n);
   __syncthreads();  // the copy is done (before the count) and s_status may be reused
   if (rank == 0 && st == 0 && direct && bytes && ctr_index != kNoCounter)
     comm_ctr_add(src.counters + 2 * uint64_t{ctr_index});
