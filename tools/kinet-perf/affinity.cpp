@@ -44,7 +44,8 @@ CpuPlan plan_cpus(PinMode mode, unsigned posters, unsigned engines) {
     return p;
   }
   if (mode == PinMode::Auto && n >= posters + engines) {
-    p.note = "off (" + std::to_string(n) + " CPUs for " + std::to_string(posters + engines) + " busy threads)";
+    const unsigned busy = posters + engines;
+    p.note = "off (" + std::to_string(n) + " CPUs for " + std::to_string(busy) + (busy == 1 ? " busy thread)" : " busy threads)");
     return p;
   }
   if (n < posters + 1) {

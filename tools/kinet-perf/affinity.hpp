@@ -1,8 +1,10 @@
 // kinet-perf — CPU placement of the posting threads and of the software NIC.
 //
 // The emu provider runs one engine thread per device, started by
-// Device::open() and inheriting the caller's CPU affinity. On a machine with
-// fewer CPUs than busy threads (posting threads + 2 engines), the scheduler
+// Device::open() and inheriting the caller's CPU affinity; it busy-polls the
+// QPs kernels post to (host posters run the engine themselves and it sleeps:
+// QpHandle::host_kick). On a machine with fewer CPUs than busy threads
+// (posting threads + 2 polling engines), the scheduler
 // may park an engine behind a spinning poster and latency turns into
 // scheduler noise (2 us or 70 us depending on placement). Pinning gives each
 // poster a CPU of its own and lets the engines share the rest: open the

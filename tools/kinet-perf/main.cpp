@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <random>
 #include <thread>
@@ -102,11 +104,16 @@ int main(int argc, char** argv) {
       opt.gpu ? kp::LatMode::Kernels
       : opt.lat_mode != kp::LatMode::Auto ? opt.lat_mode
                                           : (ncpu >= 4 ? kp::LatMode::TwoThreads : kp::LatMode::OneThread);
-  // Busy threads: the posting threads, and one engine per device on emu.
+  // Busy threads: the posting threads, and one engine per device on emu when
+  // it polls: for host posters the verbs run the engine themselves
+  // (QpHandle::host_kick) and the engine threads sleep, unless
+  // KINET_EMU_HOST_KICK=0; kernels' QPs are always the engine's.
+  const char* kick = std::getenv("KINET_EMU_HOST_KICK");
+  const bool engines_poll = opt.gpu || (kick && std::strcmp(kick, "0") == 0);
   const bool two_posters = lat_mode == kp::LatMode::TwoThreads &&
                            std::find(opt.tests.begin(), opt.tests.end(), kp::TestKind::WriteLat) != opt.tests.end();
   const unsigned posters = two_posters ? 2 : 1;
-  const unsigned engines = opt.device.rfind("emu", 0) == 0 ? 2 : 0;
+  const unsigned engines = opt.device.rfind("emu", 0) == 0 && engines_poll ? 2 : 0;
   const kp::CpuPlan cpu_plan = kp::plan_cpus(opt.pin, posters, engines);
   const uint64_t seed = opt.seed ? opt.seed : (uint64_t(std::random_device{}()) | 1);  // fits a JSON double
 
