@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "bootstrap/socket.hpp"
+#include "fabric/endpoint.hpp"
 #include "fabric/tcp_link.hpp"
 #include "fabric/wire.hpp"
 #include "kinet/kinet.hpp"
@@ -33,6 +34,9 @@ constexpr int kPeerTimeoutMs = 1000;
 // Before any device exists (the variables are read at first use).
 const bool kEnv = [] {
   setenv("KINET_EMU_PEER_TIMEOUT_MS", std::to_string(kPeerTimeoutMs).c_str(), 1);
+  // This process's responder holds answers of ack_later WRITEs this long
+  // (HostileRequester tests); long enough to tell "held" from "at once".
+  setenv("KINET_EMU_ACK_DELAY_US", "1000000", 1);
   setenv("KINET_SOCKET_IFNAME", "=lo", 1);
   return true;
 }();
@@ -106,7 +110,7 @@ void hello_back(fab::TcpLink& l) {
 struct Rig {
   std::unique_ptr<kinet::Device> dev;
   std::unique_ptr<kinet::ProtectionDomain> pd;
-  std::vector<uint8_t> buf = std::vector<uint8_t>(4096, 0x5a);
+  std::vector<uint8_t> buf = std::vector<uint8_t>(4096, 0x5a);  // >= 130 x 16 bytes (HostileRequester flood)
   std::unique_ptr<kinet::MemoryRegion> mr;
   std::unique_ptr<kinet::QueuePair> qp;
   kinet::QpInfo peer{};
@@ -427,3 +431,165 @@ TEST(FabricHostilePeer, MalformedEndpointsAreRefused) {
 }
 
 }  // namespace
+
+// ---- this process's responder against a raw requester ----------------------
+// A client speaks the wire protocol to this process's listener as the peer
+// QP (fake node 0x123456789abcdef0, QPN 0x100) the test's QP is connected to.
+namespace {
+struct RawRequester {
+  FakePeer fp{[](fab::TcpLink& l) { hello_back(l); }};  // the QP's own outbound link: idle
+  Rig rig{fp.endpoint()};
+  kinet::QpInfo me;
+  kinet::RemoteKey rk;
+  std::unique_ptr<fab::TcpLink> link;
+  uint64_t seq = 0;
+  RawRequester() {
+    rig.qp->connect(rig.peer);
+    me = rig.qp->info();
+    rk = rig.mr->remote_key();
+    link = fab::tcp_connect(fab::parse_endpoint(me.endpoint).tcp, std::chrono::steady_clock::now() + 10s);
+    fab::Hello h;
+    h.process_id = 7;
+    h.max_frame = static_cast<uint32_t>(fab::kMaxFrame);
+    h.name = "raw:1";
+    std::vector<uint8_t> b;
+    fab::encode(h, b);
+    send(*link, b);
+    fab::Frame f;
+    recv_frame(*link, &f);
+    EXPECT_EQ(f.type, fab::FrameType::Hello);
+  }
+  fab::Request base(fab::OpKind k) {
+    fab::Request r;
+    r.seq = ++seq;
+    r.from_node = rig.peer.node;
+    r.from_qpn = rig.peer.qpn;
+    r.to_node = me.node;
+    r.to_qpn = me.qpn;
+    r.kind = k;
+    return r;
+  }
+  // Sends a 16-byte WRITE of `fill` at offset `off` of the region; its seq.
+  uint64_t write16(uint64_t off, uint8_t fill, uint8_t flags, uint32_t rkey = 0) {
+    fab::Request r = base(fab::OpKind::Write);
+    const std::vector<uint8_t> p(16, fill);
+    r.raddr = rk.addr + off;
+    r.rkey = rkey ? rkey : rk.rkey;
+    r.len = 16;
+    r.payload = p.data();
+    r.flags = flags;
+    std::vector<uint8_t> b;
+    fab::encode(r, b);
+    send(*link, b);
+    return r.seq;
+  }
+  uint64_t flush(uint64_t to_node = 0) {
+    fab::Request r = base(fab::OpKind::Flush);
+    if (to_node) r.to_node = to_node;
+    std::vector<uint8_t> b;
+    fab::encode(r, b);
+    send(*link, b);
+    return r.seq;
+  }
+  fab::Response answer() {
+    fab::Frame f;
+    recv_frame(*link, &f);
+    EXPECT_EQ(f.type, fab::FrameType::Response);
+    return f.response;
+  }
+  uint8_t byte(size_t i) const { return std::atomic_ref<const uint8_t>(rig.buf[i]).load(std::memory_order_acquire); }
+};
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+// ack_later WRITEs: the data lands at once, the answers wait for the delay
+// (1 s here), in order, unless a Flush or another answer takes them along.
+TEST(FabricHostileRequester, HeldAnswersWaitAndAFlushSendsThem) {
+  RawRequester q;
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t s1 = q.write16(0, 0xa1, fab::kAckLater), s2 = q.write16(16, 0xa2, fab::kAckLater);
+  // The data is in memory long before the answers come.
+  while (q.byte(16) != 0xa2 && ms_since(t0) < 5000) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(q.byte(0), 0xa1);
+  EXPECT_EQ(q.byte(16), 0xa2);
+  const fab::Response a1 = q.answer(), a2 = q.answer();
+  EXPECT_EQ(a1.seq, s1);
+  EXPECT_EQ(a2.seq, s2);
+  EXPECT_EQ(a1.syndrome, 0);
+  EXPECT_EQ(a2.syndrome, 0);
+  EXPECT_GE(ms_since(t0), 900) << "answers of ack_later WRITEs were not held";
+  EXPECT_LT(ms_since(t0), 5000);
+  // A Flush takes held answers along, at once.
+  const auto t1 = std::chrono::steady_clock::now();
+  const uint64_t s3 = q.write16(32, 0xa3, fab::kAckLater), s4 = q.flush();
+  EXPECT_EQ(q.answer().seq, s3);
+  const fab::Response f = q.answer();
+  EXPECT_EQ(f.seq, s4);
+  EXPECT_EQ(f.syndrome, 0);
+  EXPECT_LT(ms_since(t1), 500) << "the Flush waited for the ack delay";
+  // So does a WRITE without the flag.
+  const auto t2 = std::chrono::steady_clock::now();
+  const uint64_t s5 = q.write16(48, 0xa5, fab::kAckLater), s6 = q.write16(64, 0xa6, 0);
+  EXPECT_EQ(q.answer().seq, s5);
+  EXPECT_EQ(q.answer().seq, s6);
+  EXPECT_LT(ms_since(t2), 500);
+  EXPECT_EQ(q.byte(64), 0xa6);
+}
+
+// A Flush names no memory: to a node that is not here it is still answered
+// (with nothing), and a failing ack_later WRITE is answered at once, failed.
+TEST(FabricHostileRequester, FlushAnywhereAndErrorsAreNotHeld) {
+  RawRequester q;
+  const uint64_t s1 = q.flush(0x0badc0de);
+  const fab::Response f = q.answer();
+  EXPECT_EQ(f.seq, s1);
+  EXPECT_EQ(f.syndrome, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t s2 = q.write16(0, 0xbb, fab::kAckLater, q.rk.rkey ^ 0x100);  // a key that is not registered
+  const fab::Response e = q.answer();
+  EXPECT_EQ(e.seq, s2);
+  EXPECT_NE(e.syndrome, 0);
+  EXPECT_FALSE(e.why.empty());
+  EXPECT_LT(ms_since(t0), 500) << "an error answer was held";
+  EXPECT_EQ(q.byte(0), 0x5a);  // untouched
+}
+
+// More held answers than the responder keeps (64): they go without waiting
+// for the delay (all but the last 63 at least), every one in order.
+TEST(FabricHostileRequester, AFloodOfAckLaterWritesIsNotHeldBeyondTheCap) {
+  RawRequester q;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 130; ++i) q.write16(16 * i, static_cast<uint8_t>(i), fab::kAckLater);
+  for (int i = 0; i < 67; ++i) EXPECT_EQ(q.answer().seq, uint64_t(i + 1));
+  EXPECT_LT(ms_since(t0), 900) << "held answers past the cap waited for the delay";
+  for (int i = 67; i < 130; ++i) EXPECT_EQ(q.answer().seq, uint64_t(i + 1));
+  EXPECT_LT(ms_since(t0), 5000);
+  for (int i = 0; i < 130; ++i) EXPECT_EQ(q.byte(16 * i), static_cast<uint8_t>(i)) << i;
+}
+
+// ack_later on anything but a WRITE is a malformed frame: the responder
+// closes that link (this process lives on and serves a new one).
+TEST(FabricHostileRequester, AckLaterOnAReadClosesTheLink) {
+  RawRequester q;
+  fab::Request r = q.base(fab::OpKind::Read);
+  r.raddr = q.rk.addr;
+  r.rkey = q.rk.rkey;
+  r.len = 8;
+  std::vector<uint8_t> b;
+  fab::encode(r, b);
+  b[fab::kHeaderBytes + 69] = fab::kAckLater;  // encode() asserts against it: patched in
+  send(*q.link, b);
+  std::vector<uint8_t> got;
+  EXPECT_THROW(
+      {
+        while (!q.link->recv(got, std::chrono::steady_clock::now() + 10s)) {
+        }
+      },
+      kinet::Error);
+  EXPECT_EQ(q.byte(0), 0x5a);
+  // A new link to the same responder works.
+  auto l2 = fab::tcp_connect(fab::parse_endpoint(q.me.endpoint).tcp, std::chrono::steady_clock::now() + 10s);
+  EXPECT_TRUE(l2 != nullptr);
+}
