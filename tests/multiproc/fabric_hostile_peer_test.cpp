@@ -3,6 +3,8 @@
 // wire protocol (fabric/wire.hpp) through a TcpLink. Each misbehaviour must
 // end in an error CQE (or a to_rtr error) naming the peer and what it did,
 // within KINET_EMU_PEER_TIMEOUT_MS, with no byte of local memory touched.
+// At the end, the other way round: a raw requester against this process's
+// responder (held answers, Flush, ack_later where it does not belong).
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
