@@ -15,8 +15,8 @@
 #include "bootstrap/socket.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
-#include "kinet/bootstrap.hpp"
 #include "core/thread_name.hpp"
+#include "kinet/bootstrap.hpp"
 
 namespace kinet {
 namespace {

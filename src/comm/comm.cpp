@@ -18,9 +18,9 @@
 #include "core/cuda_shim.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "core/thread_name.hpp"
 #include "kinet/proxy.hpp"
 #include "kinet/transport.hpp"
-#include "core/thread_name.hpp"
 
 namespace kinet {
 namespace {

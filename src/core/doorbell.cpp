@@ -7,8 +7,8 @@
 #include <system_error>
 
 #include "core/log.hpp"
-#include "kinet/mlx5/wire.hpp"
 #include "core/thread_name.hpp"
+#include "kinet/mlx5/wire.hpp"
 
 namespace kinet::doorbell {
 namespace {

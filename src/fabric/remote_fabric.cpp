@@ -12,12 +12,12 @@
 
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "core/thread_name.hpp"
 #include "fabric/responder.hpp"
 #include "fabric/shm_link.hpp"
 #include "fabric/tcp_link.hpp"
 #include "providers/emu/emu.hpp"
 #include "providers/emu/prm.hpp"
-#include "core/thread_name.hpp"
 
 namespace kinet::emu {
 using fabric::Clock;

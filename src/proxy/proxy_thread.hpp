@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kinet/proxy.hpp"
 #include "core/thread_name.hpp"
+#include "kinet/proxy.hpp"
 
 namespace kinet::proxy_detail {
 

@@ -26,12 +26,12 @@
 
 #include "bootstrap/socket.hpp"
 #include "core/log.hpp"
+#include "core/thread_name.hpp"
 #include "fabric/endpoint.hpp"
 #include "fabric/shm_link.hpp"
 #include "fabric/tcp_link.hpp"
 #include "fabric/wire.hpp"
 #include "kinet/kinet.hpp"
-#include "core/thread_name.hpp"
 
 namespace kinet::transport {
 namespace {

@@ -36,13 +36,13 @@
 #include "core/cuda_shim.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "core/thread_name.hpp"
 #include "fabric/remote_fabric.hpp"
-#include "providers/emu/engine_runner.hpp"
 #include "providers/emu/decode.hpp"
 #include "providers/emu/emu.hpp"
+#include "providers/emu/engine_runner.hpp"
 #include "providers/emu/prm.hpp"
 #include "providers/emu/safe_copy.hpp"
-#include "core/thread_name.hpp"
 
 namespace kinet::emu {
 using engine::QpRunner;
