@@ -66,7 +66,8 @@ constexpr Variable kVariables[] = {
      "transports", false},
     {"KINET_EMU_ACK_DELAY_US", "200",
      "cross-process software NIC: how long (0 to 1000000 microseconds) a responder may hold the answers of WRITEs of "
-     "unsignalled WQEs back to send them with later ones (at most 64); 0 answers every WRITE at once. A signalled "
+     "unsignalled WQEs back to send them with later ones (at most 64); 0 answers every WRITE at once; more than 1 s "
+     "is taken as 1 s, with a warning. A signalled "
      "WQE, a READ, an atomic, an error or a quiet behind them is answered at once and takes the held answers "
      "along. Read once per process",
      "emu provider", false},
