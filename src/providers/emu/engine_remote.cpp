@@ -21,10 +21,14 @@ bool QpRunner::step_remote() {
       }
       return work;
     }
-    // Answers, in WQE order; nothing lands behind a WQE that failed.
+    // Answers, in WQE order; nothing lands behind a WQE that failed. A QP's
+    // Requests travel on one link and are answered in order (held answers
+    // too), so once a WQE waits for an answer the later ones do: the walk
+    // stops there instead of visiting the whole window on every pass (up to
+    // kRemoteWindow WQEs; a posting thread runs a pass per doorbell).
     for (InFlight& e : qp_.window) {
       work |= reap(e);
-      if (e.fault_syndrome) break;
+      if (e.fault_syndrome || e.reaped < e.sent) break;
     }
     while (!qp_.window.empty() && finished(qp_.window.front())) {
       if (!retire_remote_front()) return true;
