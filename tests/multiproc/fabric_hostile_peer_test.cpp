@@ -98,16 +98,19 @@ std::vector<uint8_t> recv_frame(fab::TcpLink& l, fab::Frame* f) {
   return b;
 }
 void send(fab::TcpLink& l, const std::vector<uint8_t>& b) { l.send(b.data(), b.size(), std::chrono::steady_clock::now() + 10s); }
-void hello_back(fab::TcpLink& l) {
-  fab::Frame f;
-  recv_frame(l, &f);
+void send_hello(fab::TcpLink& l, uint64_t process_id, const char* name) {
   fab::Hello h;
-  h.process_id = 42;
+  h.process_id = process_id;
   h.max_frame = static_cast<uint32_t>(fab::kMaxFrame);
-  h.name = "fake:1";
+  h.name = name;
   std::vector<uint8_t> b;
   fab::encode(h, b);
   send(l, b);
+}
+void hello_back(fab::TcpLink& l) {
+  fab::Frame f;
+  recv_frame(l, &f);
+  send_hello(l, 42, "fake:1");
 }
 
 struct Rig {
@@ -451,13 +454,7 @@ struct RawRequester {
     me = rig.qp->info();
     rk = rig.mr->remote_key();
     link = fab::tcp_connect(fab::parse_endpoint(me.endpoint).tcp, std::chrono::steady_clock::now() + 10s);
-    fab::Hello h;
-    h.process_id = 7;
-    h.max_frame = static_cast<uint32_t>(fab::kMaxFrame);
-    h.name = "raw:1";
-    std::vector<uint8_t> b;
-    fab::encode(h, b);
-    send(*link, b);
+    send_hello(*link, 7, "raw:1");
     fab::Frame f;
     recv_frame(*link, &f);
     EXPECT_EQ(f.type, fab::FrameType::Hello);
