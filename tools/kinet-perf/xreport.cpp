@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "affinity.hpp"
+
 namespace kinet::perf {
 namespace {
 const char* kRule =
@@ -50,6 +52,12 @@ void print_x_header(const RunInfo& info, const TestCase& tc, const std::string& 
       break;
   }
   std::printf(" Goal            : kinet/TCP %s\n", is_latency(tc.kind) ? "<= 1.3 (typical latency)" : ">= 0.8 (bandwidth)");
+  // Each process has a busy poster and link threads that wake per message:
+  // with fewer than two CPUs per process they queue behind each other.
+  if (const size_t n = allowed_cpus().size(); n < 4)
+    std::printf(" Note            : %zu CPU%s for two processes' posters and link threads: single runs vary 2-5x;\n"
+                "                   compare medians of several (bench/xproc/ab.sh)\n",
+                n, n == 1 ? "" : "s");
   std::printf("%s\n", kRule);
   if (is_latency(tc.kind))
     std::printf(" %-8s %-8s | %-10s %-10s %-10s | %-10s %-10s %-10s | %s\n", "#bytes", "#iters", "kinet typ",
