@@ -29,10 +29,7 @@ class RootService {
     std::memcpy(secret_, secret, sizeof secret_);
     stop_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!stop_) throw Error(ErrorCode::System, who_ + ": eventfd: " + std::strerror(errno));
-    thread_ = std::thread([this] {
-      name_this_thread("kinet-bs-root");
-      run();
-    });
+    thread_ = named_thread("kinet-bs-root", [this] { run(); });
   }
   ~RootService() {
     uint64_t one = 1;

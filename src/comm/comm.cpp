@@ -323,8 +323,7 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   }
   m.monitor_period = cfg.monitor_period.count() > 0 ? cfg.monitor_period : std::chrono::milliseconds(5);
 
-  m.monitor = std::thread([&i = m] {
-    name_this_thread("kinet-comm-mon");
+  m.monitor = named_thread("kinet-comm-mon", [&i = m] {
     std::unique_lock<std::mutex> lk(i.mu);
     while (!i.stopping) {
       for (int r = 0; r < i.size; ++r) {

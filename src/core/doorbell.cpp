@@ -107,10 +107,7 @@ uint64_t CpuDoorbell::add(uint32_t* dbrec, uint64_t* db, uint32_t qpn_be8) {
   std::lock_guard<std::mutex> g(mu_);
   if (!thread_.joinable()) {
     try {
-      thread_ = std::thread([this] {
-        name_this_thread("kinet-doorbell");
-        run();
-      });
+      thread_ = named_thread("kinet-doorbell", [this] { run(); });
     } catch (const std::system_error& e) {
       throw Error(ErrorCode::ResourceExhausted, name_ + ": can't start the CPU doorbell thread: " + e.what());
     }

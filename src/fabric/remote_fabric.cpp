@@ -87,10 +87,7 @@ uint64_t process_id() {
 
 RemotePeer::RemotePeer(std::unique_ptr<fabric::Link> link, std::string endpoint, uint64_t timeout_ms)
     : link_(std::move(link)), endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms) {
-  rx_ = std::thread([this] {
-    name_this_thread("kinet-fab-rx");
-    receive();
-  });
+  rx_ = named_thread("kinet-fab-rx", [this] { receive(); });
 }
 
 RemotePeer::~RemotePeer() {
@@ -283,10 +280,7 @@ void RemoteFabric::start_tcp_locked() {
   bs::Fd lfd = bs::listen_on(itf.addr, 0, &bound);
   // The descriptors go by value: a leave() right after this join() may
   // reset the members before the thread first looks at them.
-  listener_ = std::thread([this, fd = lfd.get(), sfd = stop_fd_[0]] {
-    name_this_thread("kinet-fab-lsn");
-    listen_loop(fd, sfd);
-  });
+  listener_ = named_thread("kinet-fab-lsn", [this, fd = lfd.get(), sfd = stop_fd_[0]] { listen_loop(fd, sfd); });
   listen_fd_ = lfd.release();
   tcp_endpoint_ = fabric::tcp_endpoint(bound);
   KINET_LOG(Info, "emu fabric: listening at %s (interface %s)", tcp_endpoint_.c_str(), itf.name.c_str());
@@ -295,10 +289,8 @@ void RemoteFabric::start_tcp_locked() {
 void RemoteFabric::start_shm_locked() {
   const fabric::HostId& host = fabric::this_host();
   auto l = std::make_unique<fabric::ShmListener>(hex(process_id()).substr(2));
-  shm_listener_ = std::thread([this, raw = l.get(), sfd = stop_fd_[0]] {
-    name_this_thread("kinet-fab-shml");
-    shm_listen_loop(raw, sfd);
-  });
+  shm_listener_ =
+      named_thread("kinet-fab-shml", [this, raw = l.get(), sfd = stop_fd_[0]] { shm_listen_loop(raw, sfd); });
   shm_ = std::move(l);
   shm_endpoint_ = fabric::shm_endpoint(shm_->name(), host);
   KINET_LOG(Info, "emu fabric: listening at %s", shm_endpoint_.c_str());
@@ -428,10 +420,7 @@ void RemoteFabric::add_inbound(std::unique_ptr<fabric::Link> link) {
     std::lock_guard<std::mutex> g(mu_);
     inbound_.push_back(std::move(in));
   }
-  raw->th = std::thread([this, raw] {
-    name_this_thread("kinet-fab-srv");
-    serve(*raw);
-  });
+  raw->th = named_thread("kinet-fab-srv", [this, raw] { serve(*raw); });
 }
 
 void RemoteFabric::serve(Inbound& in) {

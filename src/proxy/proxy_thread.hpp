@@ -50,12 +50,7 @@ struct Thread {
   Thread(Proxy* proxy, Transport* t, const ProxyConfig& cfg, uint32_t index)
       : proxy_(proxy), t_(t), cfg_(cfg), index_(index) {}
   ~Thread() { stop_and_join(); }
-  void start() {
-    th_ = std::thread([this] {
-      name_this_thread("kinet-proxy");
-      run();
-    });
-  }
+  void start() { th_ = named_thread("kinet-proxy", [this] { run(); }); }
   std::thread::native_handle_type native() { return th_.native_handle(); }
   void request_stop() { stop_.store(true, std::memory_order_release); }
   void stop_and_join() {

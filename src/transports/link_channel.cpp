@@ -87,10 +87,7 @@ class LinkChannel final : public Channel {
     }
     if (::pipe2(stop_pipe_, O_CLOEXEC) != 0)
       throw Error(ErrorCode::System, std::string("transport: pipe: ") + std::strerror(errno));
-    listener_ = std::thread([this] {
-      name_this_thread("kinet-chan-lsn");
-      listen_loop();
-    });
+    listener_ = named_thread("kinet-chan-lsn", [this] { listen_loop(); });
   }
 
   ~LinkChannel() override {
@@ -168,10 +165,7 @@ class LinkChannel final : public Channel {
     Out* raw = o.get();
     outs_.push_back(std::move(o));
     by_address_[a] = peer;
-    raw->th = std::thread([this, raw] {
-      name_this_thread("kinet-chan-tx");
-      send_loop(*raw);
-    });
+    raw->th = named_thread("kinet-chan-tx", [this, raw] { send_loop(*raw); });
     return peer;
   }
 
@@ -409,10 +403,7 @@ class LinkChannel final : public Channel {
         continue;  // closes it
       }
       ins_.push_back(in);
-      in->th = std::thread([this, in] {
-        name_this_thread("kinet-chan-rx");
-        recv_loop(in);
-      });
+      in->th = named_thread("kinet-chan-rx", [this, in] { recv_loop(in); });
     }
   }
 

@@ -9,13 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <random>
 #include <thread>
 
 #include "affinity.hpp"
+#include "core/env.hpp"
 #include "gpu_runner.hpp"
 #include "kinet/kinet.hpp"
 #include "options.hpp"
@@ -108,8 +107,7 @@ int main(int argc, char** argv) {
   // it polls: for host posters the verbs run the engine themselves
   // (QpHandle::host_kick) and the engine threads sleep, unless
   // KINET_EMU_HOST_KICK=0; kernels' QPs are always the engine's.
-  const char* kick = std::getenv("KINET_EMU_HOST_KICK");
-  const bool engines_poll = opt.gpu || (kick && std::strcmp(kick, "0") == 0);
+  const bool engines_poll = opt.gpu || kinet::env::get_u64("KINET_EMU_HOST_KICK", 1) == 0;  // as the provider reads it
   const bool two_posters = lat_mode == kp::LatMode::TwoThreads &&
                            std::find(opt.tests.begin(), opt.tests.end(), kp::TestKind::WriteLat) != opt.tests.end();
   const unsigned posters = two_posters ? 2 : 1;

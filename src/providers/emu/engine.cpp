@@ -130,10 +130,7 @@ void Nic::reset_qp(EmuQp& qp, const std::function<void()>& reinit) {
 
 void Nic::start_engine() {
   relaxed = env::get_u64("KINET_EMU_RELAXED", 0) != 0;
-  engine = std::thread([this] {
-    name_this_thread("kinet-emu");
-    run_engine();
-  });
+  engine = named_thread("kinet-emu", [this] { run_engine(); });
 }
 
 void Nic::run_engine() {
