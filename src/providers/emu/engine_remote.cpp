@@ -1,5 +1,7 @@
 // kinet emu — the engine's pipelined execution for a QP whose peer is in
 // another process (see the top of engine.cpp and fabric/remote_fabric.hpp).
+#include <algorithm>
+
 #include "fabric/remote_fabric.hpp"
 #include "fabric/wire.hpp"
 #include "providers/emu/engine_runner.hpp"
@@ -84,8 +86,14 @@ void QpRunner::plan(InFlight& e) {
   if (w.opcode == prm::kNop) {
     // A signalled NOP (quiet) completes after everything before it: the
     // answers of earlier unsignalled WRITEs may be held back by the
-    // responder (kAckLater), so it asks for them with a Flush.
-    if (w.signaled && !qp_.window.empty()) e.chunks.emplace_back();
+    // responder (kAckLater), so when one is still unanswered it asks for
+    // them with a Flush (any other answer comes by itself).
+    auto held = [](const InFlight& x) {
+      for (size_t i = x.reaped; i < x.sent; ++i)
+        if (x.chunks[i].call->later) return true;
+      return false;
+    };
+    if (w.signaled && std::any_of(qp_.window.begin(), qp_.window.end(), held)) e.chunks.emplace_back();
     return;
   }
   auto split = [&](int sge, uint64_t len, uint64_t raddr) {
