@@ -266,6 +266,35 @@ __global__ void k_lanes(const QpHandle* qs, int nq, const uint8_t* src, Lkey lk,
   out[tid] = static_cast<int>(s);
 }
 
+// reserve()'s contract on shared QPs: lanes that reserve together return
+// together, also after waiting for ring space (the test's small ring makes
+// nearly every reservation wait). Each round starts converged (__syncwarp;
+// no lane leaves the loop early); a warp found split right after reserve
+// counts in *split. Every thread writes `chunks` 64-byte chunks.
+template <Sharing S>
+__global__ void k_reserve_together(const QpHandle* qs, const uint8_t* src, Lkey lk, uint64_t raddr, Rkey rk,
+                                   int chunks, int* out, unsigned* split) {
+  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const QpHandle& q = qs[0];
+  Status s = Status::Ok;
+  Ticket t;
+  for (int c = 0; c < chunks; ++c) {
+    __syncwarp();
+    if (s != Status::Ok) continue;
+    uint64_t first;
+    s = reserve<S>(q, 1, &first);
+    if (__activemask() != 0xffffffffu) atomicAdd(split, 1u);
+    if (s != Status::Ok) continue;
+    const size_t off = (static_cast<size_t>(tid) * chunks + c) * 64;
+    prepare_write<S>(q, first, src + off, lk, raddr + off, rk, 64, 0);
+    s = publish<S>(q, first, 1);
+    if (s == Status::Ok) s = ring_doorbell<S>(q, first + 1);
+    t = Ticket{first + 1, first};
+  }
+  if (s == Status::Ok) s = wait<S>(q, t);
+  out[tid] = static_cast<int>(s);
+}
+
 // One Exclusive QP per thread; all of a thread's chunks through one post_loop
 // call (doorbell every 4 ring indices), so a small ring wraps inside the call.
 __global__ void k_post_loop(const QpHandle* qs, const uint8_t* src, Lkey lk, uint64_t raddr, Rkey rk, int rounds,
@@ -460,6 +489,26 @@ KGT_TEST(gpu_shared_lanes_post_singly) {
     k_lanes<Sharing::Gpu><<<4, 256>>>(h, 3, a...);
   });
 }
+
+// A warp that had to wait for ring space leaves reserve() as one: lanes left
+// behind would split its later publishes and doorbells into small groups for
+// the rest of the kernel (10x slower in kinet-post-rate, PERFORMANCE.md §1).
+// A ring smaller than the warp's 32 slots cannot hold the group's span: its
+// lanes go alone, and must not wait for each other's slots (no timeout).
+template <Sharing S> void reserve_together(int ctas, uint32_t depth) {
+  unsigned* split = nullptr;
+  CUDA_OK(cudaMallocManaged(&split, sizeof(unsigned)));
+  *split = 0;
+  chunks_test(1, QpConfig{.sq_depth = depth}, ctas, 256, 16, [&](auto... a) {
+    k_reserve_together<S><<<ctas, 256>>>(a..., split);
+  });
+  const unsigned n = *split;
+  cudaFree(split);
+  if (depth >= 32) CHECK(n == 0, "%u of %d lane-reservations returned with their warp split", n, ctas * 256 * 16);
+}
+KGT_TEST(cta_shared_lanes_leave_reserve_together) { reserve_together<Sharing::Cta>(1, 32); }
+KGT_TEST(gpu_shared_lanes_leave_reserve_together) { reserve_together<Sharing::Gpu>(4, 64); }
+KGT_TEST(shared_lanes_on_a_ring_smaller_than_the_warp) { reserve_together<Sharing::Cta>(1, 16); }
 
 KGT_TEST(post_loop_wraps_a_small_ring) {
   chunks_test(64, QpConfig{.sq_depth = 16}, 2, 32, 100, [](auto... a) { k_post_loop<<<2, 32>>>(a...); });

@@ -181,7 +181,10 @@ static_assert(offsetof(QpHandle, abi) == 0);
 // Reserves n consecutive WQE slots (1 <= n <= size()/2) and stores the first
 // index in *first. Waits (bounded) for free slots, ringing and polling the CQ
 // meanwhile. A reservation must be published, even if unused (prepare_nop):
-// later reservations wait for it.
+// later reservations wait for it. Shared QPs in kernels (sm_80+, see
+// publish): lanes of a warp reserving together also wait for space together
+// and return together (one status), so they stay one group for publish and
+// ring_doorbell.
 template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint64_t* first);
 // Like reserve, but never waits: returns NoSpace when the ring is full.
 template <Sharing S> KINET_HD Status try_reserve(const QpHandle& q, uint32_t n, uint64_t* first);

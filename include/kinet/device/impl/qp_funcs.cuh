@@ -311,6 +311,25 @@ template <Sharing S> KINET_HD void kick(const QpHandle& q) {
   }
 }
 
+// reserve()'s wait until ring indices below `end` are free (the CQ polled
+// up to end - size). On timeout the QP breaks: the caller's slots stay
+// reserved and unpublished, so the queue cannot go on.
+template <Sharing S> KINET_HD Status wait_space(const QpHandle& q, uint64_t end) {
+  SqState* s = q.state;
+  Deadline dl(q.timeout_ns);
+  for (;;) {
+    kick<S>(q);
+    poll_cq<S>(q);
+    if (end - ld<S>(&s->completed) <= q.size()) return Status::Ok;
+    if (dl.expired()) {
+      fail<S>(q, Status::TimeoutSqSpace);  // the reason before `broken`
+      st_rel<S>(&s->broken, uint8_t(1));
+      return Status::TimeoutSqSpace;
+    }
+    spin_pause();
+  }
+}
+
 }  // namespace detail
 
 // ---------------------------------------------------------------------------
@@ -336,30 +355,34 @@ template <Sharing S> KINET_HD Status reserve(const QpHandle& q, uint32_t n, uint
   } else {
     if (detail::ld<S>(&s->broken)) return detail::fail<S>(q, Status::QpBroken);
 #if KINET_WARP_AGGREGATE
-    idx = detail::group_fetch_add<kScope<S>>(&s->reserved, detail::same_qp_lanes(s), n);
+    const unsigned g = detail::same_qp_lanes(s);
+    idx = detail::group_fetch_add<kScope<S>>(&s->reserved, g, n);
+    *first = idx;
+    const bool room = idx + n - detail::ld<S>(&s->completed) <= q.size();
+    if (__all_sync(g, room)) return Status::Ok;
+    // Some lane must wait for space: the group waits as one (its leader, for
+    // the highest end) and leaves together. Lanes that went on alone would
+    // split the warp's later reserve/publish/ring into small groups taking
+    // turns on the in-order publish for the rest of the kernel. Only when
+    // the group's span fits in the ring: otherwise that wait would need the
+    // group's own unpublished slots completed, and the lanes go alone.
+    uint64_t lo, hi;
+    if (__popc(g) > 1 && detail::group_range(g, idx, idx + n, &lo, &hi) && hi - lo <= q.size()) {
+      int st = 0;
+      if (__popc(g & detail::lanemask_lt()) == 0) st = static_cast<int>(detail::wait_space<S>(q, hi));
+      return static_cast<Status>(__shfl_sync(g, st, __ffs(g) - 1));
+    }
+    if (room) return Status::Ok;
 #else
     idx = fetch_add_relaxed<kScope<S>>(&s->reserved, uint64_t(n));
-#endif
     if (idx + n - detail::ld<S>(&s->completed) <= q.size()) {
       *first = idx;
       return Status::Ok;
     }
+#endif
   }
   *first = idx;
-  detail::Deadline dl(q.timeout_ns);
-  for (;;) {
-    detail::kick<S>(q);
-    poll_cq<S>(q);
-    if (idx + n - detail::ld<S>(&s->completed) <= q.size()) return Status::Ok;
-    if (dl.expired()) {
-      // The slots stay reserved and unpublished: the queue cannot go on.
-      // The reason first: whoever then sees `broken` finds it recorded.
-      detail::fail<S>(q, Status::TimeoutSqSpace);
-      detail::st_rel<S>(&s->broken, uint8_t(1));
-      return Status::TimeoutSqSpace;
-    }
-    spin_pause();
-  }
+  return detail::wait_space<S>(q, idx + n);
 }
 
 template <Sharing S> KINET_HD Status try_reserve(const QpHandle& q, uint32_t n, uint64_t* first) {

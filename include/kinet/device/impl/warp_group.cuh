@@ -66,6 +66,19 @@ __device__ __forceinline__ bool group_max(unsigned g, uint64_t upto, uint64_t* h
   *hi = u0 + static_cast<uint64_t>(static_cast<int64_t>(__reduce_max_sync(g, static_cast<int>(d))));
   return true;
 }
+// The lowest `first` and the highest `end` of the lanes' ranges [first, end)
+// in g (identical in every lane), when they lie within 2^30 of each other
+// (else false: each lane goes alone).
+__device__ __forceinline__ bool group_range(unsigned g, uint64_t first, uint64_t end, uint64_t* lo, uint64_t* hi) {
+  const uint64_t f0 = __shfl_sync(g, first, __ffs(g) - 1);
+  const int64_t a = static_cast<int64_t>(first - f0);
+  const int64_t b = static_cast<int64_t>(end - f0);
+  constexpr int64_t kLim = int64_t{1} << 30;
+  if (!__all_sync(g, a > -kLim && a < kLim && b > -kLim && b < kLim)) return false;
+  *lo = f0 + static_cast<uint64_t>(static_cast<int64_t>(__reduce_min_sync(g, static_cast<int>(a))));
+  *hi = f0 + static_cast<uint64_t>(static_cast<int64_t>(__reduce_max_sync(g, static_cast<int>(b))));
+  return true;
+}
 #else
 #define KINET_WARP_AGGREGATE 0
 #endif
