@@ -11,9 +11,11 @@
 // on: "... peer lost: <why>" (the peer closed, died, the connection reset) and
 // "... timeout after N ms waiting for <what>".
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,9 +41,38 @@ class Link {
   // ahead say false (then callers send what they batched at once).
   virtual bool buffered() const { return false; }
   // Closes both directions; blocked and later send/recv throw "peer lost".
+  // After a failure closed the link (a malformed frame, a reset), later
+  // calls of either direction name that failure, not this close.
   virtual void close() = 0;
   // "tcp 192.0.2.2:41234", "shm pid 1234": for messages.
   virtual const std::string& peer_name() const = 0;
+};
+
+// Why a link is closed: the first reason given wins and every later call
+// reports it, so a sender that finds the link closed by the receiving
+// thread's failure names that failure ("malformed frame header: ..."), not
+// "the link was closed", whichever thread reaches the caller first.
+class CloseReason {
+ public:
+  // Records `why` unless a reason is recorded; true for the first caller.
+  bool set(const std::string& why) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (closed_.load(std::memory_order_relaxed)) return false;
+    why_ = why;
+    closed_.store(true, std::memory_order_release);
+    return true;
+  }
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+  // The recorded reason; `fallback` while none is.
+  std::string why(const std::string& fallback) const {
+    std::lock_guard<std::mutex> g(mu_);
+    return closed_.load(std::memory_order_relaxed) ? why_ : fallback;
+  }
+
+ private:
+  std::atomic<bool> closed_{false};
+  mutable std::mutex mu_;
+  std::string why_;
 };
 
 }  // namespace kinet::fabric

@@ -233,8 +233,11 @@ class ShmLink final : public Link {
     return true;
   }
 
-  void close() override {
-    if (closed_.exchange(true)) return;
+  void close() override { shut("link closed"); }
+
+  // Closes the link for `why` (the first reason given is kept: later calls report it).
+  void shut(const std::string& why) {
+    if (!closed_.set(why)) return;
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(closer_.get(), &one, sizeof one);  // wakes our waiters
     ::shutdown(conn_.get(), SHUT_RDWR);  // the peer's waits see EOF
@@ -252,16 +255,17 @@ class ShmLink final : public Link {
   // peer's index as last checked. Sending thread: tx_*; receiving thread: rx_*.
   uint64_t tx_tail_ = 0, tx_head_seen_ = 0;
   uint64_t rx_head_ = 0, rx_tail_seen_ = 0;
-  std::atomic<bool> closed_{false};
+  CloseReason closed_;
   std::string peer_;
 
+  // "peer lost: <why>", or the reason the link was closed for when it is.
   [[noreturn]] void lost(const std::string& why) {
-    throw Error(ErrorCode::System, peer_ + ": peer lost: " + why);
+    throw Error(ErrorCode::System, peer_ + ": peer lost: " + closed_.why(why));
   }
   // The peer broke the protocol: the link is closed (a ring can't resynchronise).
   [[noreturn]] void hostile(const std::string& why) {
     KINET_LOG(Warn, "shm link with %s: %s; closing the link", peer_.c_str(), why.c_str());
-    close();
+    shut(why);
     throw Error(ErrorCode::InvalidArgument, peer_ + ": " + why);
   }
 
@@ -288,7 +292,7 @@ class ShmLink final : public Link {
   // before it went are delivered) and after close().
   template <class Cond>
   bool wait(int fd, uint8_t* ctl, size_t flag, Clock::time_point deadline, Cond&& cond) {
-    if (closed_.load(std::memory_order_acquire)) lost("link closed");
+    if (closed_.closed()) lost("link closed");
     for (int i = 0; i < kSpin; ++i)
       if (cond()) return true;
     for (;;) {
@@ -305,7 +309,7 @@ class ShmLink final : public Link {
       const int rc = poll_until(p, 2, deadline, kPollCap);
       const int e = errno;
       clear_wait(ctl, flag);
-      if (closed_.load(std::memory_order_acquire)) lost("link closed");
+      if (closed_.closed()) lost("link closed");
       if (rc < 0 && e != EINTR) sys_fail(peer_ + ": poll", e);
       if (rc > 0 && p[0].revents && !drain(fd)) {
         if (cond()) return true;

@@ -65,13 +65,15 @@ TcpLink::TcpLink(bs::Fd fd, std::string peer, size_t max_frame)
 
 TcpLink::~TcpLink() { close(); }
 
-void TcpLink::close() {
-  if (!closed_.exchange(true, std::memory_order_acq_rel) && fd_) ::shutdown(fd_.get(), SHUT_RDWR);
+void TcpLink::close() { shut("the link was closed"); }
+
+void TcpLink::shut(const std::string& why) {
+  if (closed_.set(why) && fd_) ::shutdown(fd_.get(), SHUT_RDWR);
 }
 
 void TcpLink::lost(const std::string& why) {
-  close();
-  throw Error(ErrorCode::System, peer_ + " peer lost: " + why);
+  shut(why);
+  throw Error(ErrorCode::System, peer_ + " peer lost: " + closed_.why(why));
 }
 
 void TcpLink::timeout(Clock::time_point start, const char* what) {
@@ -96,7 +98,7 @@ void TcpLink::send(const uint8_t* frame, size_t n, Clock::time_point deadline) {
   const auto start = Clock::now();
   size_t done = 0;
   while (done < n) {
-    if (closed_.load(std::memory_order_acquire)) lost("the link was closed");
+    if (closed_.closed()) lost("the link was closed");
     const ssize_t k = ::send(fd_.get(), frame + done, n - done, MSG_NOSIGNAL);
     if (k > 0) {
       done += static_cast<size_t>(k);
@@ -114,13 +116,13 @@ void TcpLink::send(const uint8_t* frame, size_t n, Clock::time_point deadline) {
 
 bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
   for (;;) {
-    if (closed_.load(std::memory_order_acquire)) lost("the link was closed");
+    if (closed_.closed()) lost("the link was closed");
     if (rx_got_ == rx_need_) {
       if (rx_need_ == kHeaderBytes) {
         uint32_t body = 0;
         std::string why;
         if (!frame_body_len(rx_.data(), max_frame_, &body, &why)) {
-          close();
+          shut("malformed frame header: " + why);
           throw Error(ErrorCode::InvalidArgument, peer_ + ": malformed frame header: " + why);
         }
         rx_need_ = kHeaderBytes + body;
@@ -157,7 +159,7 @@ bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
       }
       continue;
     }
-    if (k == 0) lost(closed_.load() ? "the link was closed" : "the peer closed the connection");
+    if (k == 0) lost("the peer closed the connection");  // or a close() here: lost() names the first reason
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_fd(fd_.get(), POLLIN, deadline) && Clock::now() >= deadline) return false;

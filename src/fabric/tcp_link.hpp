@@ -1,7 +1,6 @@
 // kinet fabric — the TCP Link (link.hpp) between processes on any hosts, and
 // the "tcp ADDRESS:PORT" endpoints that name a listener.
 #pragma once
-#include <atomic>
 #include <memory>
 #include <string>
 
@@ -39,7 +38,7 @@ class TcpLink final : public Link {
   bs::Fd fd_;
   std::string peer_;
   size_t max_frame_;
-  std::atomic<bool> closed_{false};
+  CloseReason closed_;
   // Receive state: a frame being assembled across recv() calls.
   std::vector<uint8_t> rx_;
   size_t rx_got_ = 0;
@@ -51,6 +50,9 @@ class TcpLink final : public Link {
   std::vector<uint8_t> ra_;
   size_t ra_pos_ = 0, ra_end_ = 0;
 
+  // Closes the link for `why` (the first reason given is kept).
+  void shut(const std::string& why);
+  // Closes the link for `why` and throws "peer lost: <the link's reason>".
   [[noreturn]] void lost(const std::string& why);
   [[noreturn]] void timeout(Clock::time_point start, const char* what);
 };

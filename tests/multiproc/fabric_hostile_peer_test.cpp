@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -437,6 +438,74 @@ TEST(FabricHostilePeer, MalformedEndpointsAreRefused) {
 }
 
 }  // namespace
+
+// ---- one TcpLink, its far end played by hand ---------------------------------
+// After a failure closes the link, every later send or recv names that
+// failure: a sender racing the receiving thread's failure used to report
+// only "the link was closed", which could mask why.
+namespace {
+struct LinkPair {
+  int far = -1;
+  std::unique_ptr<fab::TcpLink> link;
+  LinkPair() {
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    link = std::make_unique<fab::TcpLink>(kinet::bs::Fd(sv[0]), "tcp far-end");
+    far = sv[1];
+  }
+  ~LinkPair() { ::close(far); }
+  // The message of the error `f` throws, or "" (a failure) when it throws none.
+  template <class F> static std::string error_of(F&& f, kinet::ErrorCode code) {
+    try {
+      f();
+    } catch (const kinet::Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "no error";
+    return "";
+  }
+  std::string recv_error(kinet::ErrorCode code = kinet::ErrorCode::System) {
+    std::vector<uint8_t> out;
+    return error_of([&] { link->recv(out, std::chrono::steady_clock::now() + 2s); }, code);
+  }
+  std::string send_error() {
+    const std::vector<uint8_t> frame(fab::kHeaderBytes, 0);
+    return error_of([&] { link->send(frame.data(), frame.size(), std::chrono::steady_clock::now() + 2s); },
+                    kinet::ErrorCode::System);
+  }
+};
+}  // namespace
+
+TEST(FabricTcpLink, AMalformedFrameIsTheReasonBothDirectionsReport) {
+  LinkPair p;
+  const std::vector<uint8_t> junk(64, 0xff);
+  ASSERT_EQ(::write(p.far, junk.data(), junk.size()), 64);
+  const std::string first = p.recv_error(kinet::ErrorCode::InvalidArgument);
+  const std::string head = "tcp far-end: malformed frame header: ";
+  ASSERT_EQ(first.rfind(head, 0), 0u) << first;
+  const std::string lost = "tcp far-end peer lost: malformed frame header: " + first.substr(head.size());
+  EXPECT_EQ(p.send_error(), lost);
+  EXPECT_EQ(p.recv_error(), lost);
+  p.link->close();  // a later close does not replace the reason
+  EXPECT_EQ(p.send_error(), lost);
+}
+
+TEST(FabricTcpLink, ThePeerClosingIsTheReasonBothDirectionsReport) {
+  LinkPair p;
+  ::shutdown(p.far, SHUT_WR);
+  const std::string lost = "tcp far-end peer lost: the peer closed the connection";
+  EXPECT_EQ(p.recv_error(), lost);
+  EXPECT_EQ(p.send_error(), lost);
+}
+
+TEST(FabricTcpLink, ALocalCloseIsTheReasonWhenNothingFailedFirst) {
+  LinkPair p;
+  p.link->close();
+  const std::string lost = "tcp far-end peer lost: the link was closed";
+  EXPECT_EQ(p.send_error(), lost);
+  EXPECT_EQ(p.recv_error(), lost);
+}
 
 // ---- this process's responder against a raw requester ----------------------
 // A client speaks the wire protocol to this process's listener as the peer

@@ -207,14 +207,24 @@ struct Hostile {
       link->recv(f, in(10s));
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
-      // The link is closed now.
+      // The link is closed now, and both directions name the violation.
+      const std::string prefix = link->peer_name() + ": ";
+      const std::string what = e.what();
+      const std::string lost = prefix + "peer lost: " + what.substr(std::min(what.size(), prefix.size()));
       try {
         link->recv(f, in(1s));
         ADD_FAILURE() << "recv after the violation did not throw";
       } catch (const Error& e2) {
-        EXPECT_EQ(std::string(e2.what()), link->peer_name() + ": peer lost: link closed");
+        EXPECT_EQ(std::string(e2.what()), lost);
       }
-      return e.what();
+      try {
+        const Bytes frame(16, 0);  // a frame-sized buffer: the send must fail before it is read
+        link->send(frame.data(), frame.size(), in(1s));
+        ADD_FAILURE() << "send after the violation did not throw";
+      } catch (const Error& e2) {
+        EXPECT_EQ(std::string(e2.what()), lost);
+      }
+      return what;
     }
     ADD_FAILURE() << "no error";
     return "";
