@@ -71,6 +71,13 @@ constexpr Variable kVariables[] = {
      "WQE, a READ, an atomic, an error or a quiet behind them is answered at once and takes the held answers "
      "along. Read once per process",
      "emu provider", false},
+    {"KINET_TCP_SPIN_US", "50 (0 below 4 CPUs)",
+     "TCP links (the cross-process software NIC's fabric, transport \"tcp\"): how long (0 to 10000 "
+     "microseconds) a receiving thread keeps polling its socket after it ran dry before it sleeps: back-to-back "
+     "frames then need no wake-up. Default 50 where this process may use 4 or more CPUs, 0 (sleep at once) on "
+     "fewer, where the spin would take a CPU from the posters; over 10000 is taken as 10000, with a warning. "
+     "Read once per process",
+     "emu provider, transports", false},
     {"KINET_EMU_HOST_KICK", "1",
      "software NIC: 1: host threads that post to a QP (QpConfig::posters Host, rings in host memory) run its engine "
      "themselves at each doorbell and CQ poll (no busy NIC thread needed); 0: only the engine thread executes, "

@@ -3,12 +3,16 @@
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "core/cpu_relax.hpp"
+#include "core/env.hpp"
+#include "core/log.hpp"
 #include "fabric/poll_until.hpp"
 #include "kinet/kinet.hpp"
 
@@ -82,6 +86,27 @@ void TcpLink::timeout(Clock::time_point start, const char* what) {
 }
 
 namespace {
+// KINET_TCP_SPIN_US (src/core/env.cpp): how long a receiver keeps
+// polling a dry socket before it sleeps in poll. A sleeping receiver costs
+// every frame a wake-up on both sides (the sender's send() wakes it: a
+// quarter of a 64-byte write stream's CPU on loopback); polling costs a CPU,
+// which small machines do not have to spare.
+std::chrono::microseconds spin_window() {
+  static const std::chrono::microseconds d = [] {
+    constexpr uint64_t kMax = 10000;
+    cpu_set_t set;
+    const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    uint64_t us = env::get_u64("KINET_TCP_SPIN_US", cpus >= 4 ? 50 : 0);
+    if (us > kMax) {
+      KINET_LOG(Warn, "KINET_TCP_SPIN_US=%llu is over %llu; using %llu", static_cast<unsigned long long>(us),
+                static_cast<unsigned long long>(kMax), static_cast<unsigned long long>(kMax));
+      us = kMax;
+    }
+    return std::chrono::microseconds(us);
+  }();
+  return d;
+}
+
 // Waits for `events` on fd until `deadline`; false when it passed. EINTR retried.
 bool wait_fd(int fd, short events, Clock::time_point deadline) {
   for (;;) {
@@ -115,6 +140,7 @@ void TcpLink::send(const uint8_t* frame, size_t n, Clock::time_point deadline) {
 }
 
 bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
+  Clock::time_point spin_end{};  // set when the socket first runs dry in this call
   for (;;) {
     if (closed_.closed()) lost("the link was closed");
     if (rx_got_ == rx_need_) {
@@ -162,6 +188,12 @@ bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
     if (k == 0) lost("the peer closed the connection");  // or a close() here: lost() names the first reason
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      const auto now = Clock::now();
+      if (spin_end == Clock::time_point{}) spin_end = std::min(now + spin_window(), deadline);
+      if (now < spin_end) {
+        cpu_relax();
+        continue;
+      }
       if (!wait_fd(fd_.get(), POLLIN, deadline) && Clock::now() >= deadline) return false;
       continue;
     }
