@@ -180,6 +180,13 @@ uint64_t get_u64(const char* name, uint64_t fallback) {
   }
   return x;
 }
+uint64_t get_u64_at_most(const char* name, uint64_t fallback, uint64_t max) {
+  const uint64_t x = get_u64(name, fallback);
+  if (x <= max) return x;
+  KINET_LOG(Warn, "%s=%llu is over %llu; using %llu", name, (unsigned long long)x, (unsigned long long)max,
+            (unsigned long long)max);
+  return max;
+}
 std::string get_str(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return (v && *v) ? std::string(v) : fallback;

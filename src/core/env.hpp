@@ -25,6 +25,8 @@ std::string markdown();
 // `fallback` when unset; a warning and `fallback` when malformed: trailing
 // characters, a value >= 2^64, or a sign ("-1" is not 2^64-1).
 uint64_t get_u64(const char* name, uint64_t fallback);
+// get_u64, then values over `max` are taken as `max`, with a warning.
+uint64_t get_u64_at_most(const char* name, uint64_t fallback, uint64_t max);
 std::string get_str(const char* name, const std::string& fallback);
 
 // KINET_TIMEOUT_MS's rules, a pure function so tests can reach every edge.

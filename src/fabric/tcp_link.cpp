@@ -12,7 +12,6 @@
 
 #include "core/cpu_relax.hpp"
 #include "core/env.hpp"
-#include "core/log.hpp"
 #include "fabric/poll_until.hpp"
 #include "kinet/kinet.hpp"
 
@@ -93,16 +92,9 @@ namespace {
 // which small machines do not have to spare.
 std::chrono::microseconds spin_window() {
   static const std::chrono::microseconds d = [] {
-    constexpr uint64_t kMax = 10000;
     cpu_set_t set;
     const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    uint64_t us = env::get_u64("KINET_TCP_SPIN_US", cpus >= 4 ? 50 : 0);
-    if (us > kMax) {
-      KINET_LOG(Warn, "KINET_TCP_SPIN_US=%llu is over %llu; using %llu", static_cast<unsigned long long>(us),
-                static_cast<unsigned long long>(kMax), static_cast<unsigned long long>(kMax));
-      us = kMax;
-    }
-    return std::chrono::microseconds(us);
+    return std::chrono::microseconds(env::get_u64_at_most("KINET_TCP_SPIN_US", cpus >= 4 ? 50 : 0, 10000));
   }();
   return d;
 }

@@ -67,6 +67,27 @@ TEST(Env, TableNamesEveryKnownVariableOnceWithItsReader) {
                                              "KINET_COMM_TEST_ONLY", "KINET_HW_DEVICE"}));
 }
 
+// ---- get_u64_at_most -------------------------------------------------------------
+// get_u64_at_most(name, 7, 100) with a variable of the test's own set to v (unset: nullptr).
+uint64_t at_most(const char* v) {
+  constexpr const char* kName = "KINET_CORE_TEST_U64";
+  v ? setenv(kName, v, 1) : unsetenv(kName);
+  const uint64_t x = kinet::env::get_u64_at_most(kName, 7, 100);
+  unsetenv(kName);
+  return x;
+}
+
+TEST(EnvU64, AtMostTakesValuesUpToTheLimitAndCapsTheRest) {
+  EXPECT_EQ(at_most(nullptr), 7u);
+  EXPECT_EQ(at_most("0"), 0u);
+  EXPECT_EQ(at_most("100"), 100u);
+  EXPECT_EQ(at_most("0x40"), 64u);
+  EXPECT_EQ(at_most("101"), 100u);
+  EXPECT_EQ(at_most("18446744073709551615"), 100u);
+  EXPECT_EQ(at_most("-1"), 7u);  // malformed: the fallback
+  EXPECT_EQ(at_most("12us"), 7u);
+}
+
 // ---- KINET_TIMEOUT_MS ---------------------------------------------------------------
 TEST(EnvTimeout, UnsetOrEmptyIsTheDefaultSilently) {
   std::string problem = "stale";
