@@ -139,6 +139,11 @@ struct EmuQp {
     std::string fault_why;
   };
   std::deque<InFlight> window;
+  // 1 + the index of the newest READ or atomic pushed into the window (0:
+  // none since the last reset). The window is in WQE order and retires from
+  // the front, so one is still in it iff this is above the front's index:
+  // window_has_read_or_atomic() in O(1) instead of a walk per WQE.
+  uint64_t read_atomic_end = 0;
   // Cross-process peer (fabric/remote_fabric.hpp), set by to_rtr when the
   // remote QP lives in another process; written and read under exec_mu.
   std::shared_ptr<RemotePeer> peer;

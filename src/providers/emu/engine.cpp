@@ -118,6 +118,7 @@ void Nic::reset_qp(EmuQp& qp, const std::function<void()>& reinit) {
   std::unique_lock<std::shared_mutex> r(qp.responder_mu);  // nor is a peer
   if (qp.destroyed.load(std::memory_order_acquire)) return;
   qp.window.clear();
+  qp.read_atomic_end = 0;  // indices start again at 0
   qp.peer.reset();  // the QP answers no one until connected again
   qp.remote_out_bytes = 0;
   qp.sq_ci = 0;

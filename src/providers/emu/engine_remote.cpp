@@ -64,7 +64,7 @@ bool QpRunner::step_remote() {
     const bool reads_local = e.w.opcode == prm::kRdmaWrite && !e.w.is_inline && e.w.nsge > 0;
     if ((e.w.fence || reads_local) && window_has_read_or_atomic()) return work;
     plan(e);
-    qp_.window.push_back(std::move(e));
+    push_window(std::move(e));
     ++qp_.sq_ci;
     work = true;
     pump(qp_.window.back());

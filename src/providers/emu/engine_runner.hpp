@@ -73,7 +73,7 @@ class QpRunner {
         work = true;
         continue;
       }
-      qp_.window.push_back(std::move(e));
+      push_window(std::move(e));
       ++qp_.sq_ci;
       issued = work = true;
       if (!nic_.relaxed) {
@@ -221,9 +221,12 @@ class QpRunner {
   }
 
   bool window_has_read_or_atomic() const {
-    for (const InFlight& e : qp_.window)
-      if (e.w.opcode == prm::kRdmaRead || e.w.is_atomic()) return true;
-    return false;
+    return !qp_.window.empty() && qp_.read_atomic_end > qp_.window.front().idx;
+  }
+  // Every push into the window goes through here (keeps read_atomic_end).
+  void push_window(InFlight&& e) {
+    if (e.w.opcode == prm::kRdmaRead || e.w.is_atomic()) qp_.read_atomic_end = e.idx + 1;
+    qp_.window.push_back(std::move(e));
   }
 
   // Relaxed mode: local checks now (errors in WQE order), and the source of a
