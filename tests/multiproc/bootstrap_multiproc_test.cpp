@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -131,31 +132,48 @@ kinet::bs::Fd raw_connect(const kinet::UniqueId& id) {
   return kinet::bs::connect_to(kinet::bs::from_wire(w, "test"), kinet::bs::Clock::now() + 5s, "root");
 }
 
+// Whether the root closed `fd` (EOF, after any answer it sent) within 10 s.
+bool root_closes(const kinet::bs::Fd& fd) {
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  uint8_t buf[256];
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd.get(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (n <= 0) return true;  // EOF or reset
+  }
+  return false;
+}
+
 // Garbage, a truncated handshake, a silent connection, a well-formed
 // handshake of the wrong kind and one claiming an absurd nranks reach the
 // root before and during the job: each is refused, the job completes.
+// The ranks start once the root has closed each refused connection (so it
+// has logged why): the root stops reading stragglers once every rank is in.
 TEST_F(Loopback, HostileConnectionsToRootDoNotDisturbTheJob) {
   auto id = kinet::UniqueId::create();
   ::testing::internal::CaptureStderr();
-  std::vector<kinet::bs::Fd> held;
-  auto send_bytes = [&](const void* p, size_t n, bool keep) {
+  std::vector<kinet::bs::Fd> refused, held;
+  auto send_bytes = [&](const void* p, size_t n) {
     auto fd = raw_connect(id);
     ASSERT_EQ(::send(fd.get(), p, n, MSG_NOSIGNAL), static_cast<ssize_t>(n));
-    if (keep) held.push_back(std::move(fd));
+    refused.push_back(std::move(fd));
   };
   std::vector<uint8_t> garbage(4096, 0xab);
-  send_bytes(garbage.data(), garbage.size(), true);                 // garbage, left open
+  send_bytes(garbage.data(), garbage.size());                       // garbage
   kinet::bs::Hello h{};
   h.magic = kinet::bs::Hello::kMagic;
   h.version = kinet::bs::Hello::kVersion;
-  send_bytes(&h, 10, false);                                        // truncated, then closed
+  send_bytes(&h, 10);                                               // truncated, then no more
+  ::shutdown(refused.back().get(), SHUT_WR);
   held.push_back(raw_connect(id));                                  // silent
   h.kind = static_cast<uint16_t>(kinet::bs::HelloKind::ToPeer);     // wrong kind, right secret
   std::memcpy(h.secret, id.secret, sizeof h.secret);
-  send_bytes(&h, sizeof h, false);
+  send_bytes(&h, sizeof h);
   h.kind = static_cast<uint16_t>(kinet::bs::HelloKind::ToRoot);     // nranks 0 with the right secret
   h.nranks = 0;
-  send_bytes(&h, sizeof h, true);
+  send_bytes(&h, sizeof h);
+  for (size_t i = 0; i < refused.size(); ++i) EXPECT_TRUE(root_closes(refused[i])) << "connection " << i;
 
   std::vector<Proc> ps;
   for (int r = 0; r < 2; ++r) ps.push_back(start_rank(id.to_string(), r, 2, 20000));
