@@ -83,11 +83,14 @@ TEST(EmuConcurrency, ToErrorWhileThreadsPost) {
   std::atomic<uint64_t> posted{0};
   std::vector<std::string> errs(kThreads);
   std::vector<uint64_t> ok_count(kThreads, 0);
+  std::vector<int> flushes(kThreads, 0);
   std::vector<std::thread> ths;
+  // Each thread posts until it has seen 8 operations flushed (bounded by
+  // 1000 x per): however late to_error() lands, every thread sees it.
   for (int i = 0; i < kThreads; ++i)
     ths.emplace_back([&, i] {
       bool flushed = false;
-      for (uint64_t k = 0; k < per; ++k) {
+      for (uint64_t k = 0; k < 1000 * per && flushes[i] < 8; ++k) {
         Ticket t;
         Status st = dev::put<Sharing::Cta>(h, src.p() + 64 * i, src.lkey(), dst.addr() + 64 * i, dst.rkey(), 64,
                                            k % 3 ? 0u : uint32_t(dev::kSignal), &t);
@@ -101,6 +104,7 @@ TEST(EmuConcurrency, ToErrorWhileThreadsPost) {
           ++ok_count[i];
         } else if (st == Status::WrFlushed) {
           flushed = true;
+          ++flushes[i];
         } else {
           errs[i] = std::string("unexpected status ") + kinet::status_string(st);
           return;
@@ -112,9 +116,9 @@ TEST(EmuConcurrency, ToErrorWhileThreadsPost) {
   for (auto& t : ths) t.join();
   for (int i = 0; i < kThreads; ++i) EXPECT_EQ(errs[i], "") << "thread " << i;
   EXPECT_EQ(p.qa->state(), kinet::QpState::Error);
-  uint64_t oks = 0;
-  for (auto c : ok_count) oks += c;
-  EXPECT_LT(oks, kThreads * per) << "some operations must have been flushed";
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_EQ(flushes[i], 8) << "thread " << i << " was not flushed (" << ok_count[i] << " Ok)";
+  }
   EXPECT_EQ(dev::quiet<Sharing::Cta>(h), Status::WrFlushed);
 }
 
@@ -190,6 +194,8 @@ TEST(EmuConcurrency, ConcurrentWaitersOnOneQp) {
     });
   for (int i = 0; i < kPosters; ++i) ths[i].join();
   const Status qs = dev::quiet<Sharing::Gpu>(h);
+  // Every ticket is complete now: a waiter that got no CPU so far checks at once.
+  wait_until([&] { return checks.load() > 0; }, std::chrono::seconds(10));
   stop = true;
   for (size_t i = kPosters; i < ths.size(); ++i) ths[i].join();
   EXPECT_EQ(qs, Status::Ok) << p.qa->last_error();
