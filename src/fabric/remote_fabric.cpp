@@ -233,10 +233,8 @@ struct RemoteFabric::Inbound {
 };
 
 std::chrono::microseconds RemoteFabric::ack_delay() {
-  static const std::chrono::microseconds d = [] {
-    // At most 1 s: the requester's bound grows by this much at most.
-    return std::chrono::microseconds(env::get_u64_at_most("KINET_EMU_ACK_DELAY_US", 200, 1000000));
-  }();
+  // At most 1 s: the requester's bound grows by this much at most.
+  static const std::chrono::microseconds d{env::get_u64_at_most("KINET_EMU_ACK_DELAY_US", 200, 1000000)};
   return d;
 }
 

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <vector>
 
 #include "core/cuda_shim.hpp"
 #include "core/log.hpp"
