@@ -85,7 +85,7 @@ __device__ __forceinline__ void bare_ring(const kd::QpHandle& q, uint64_t pi, bo
 struct BareQ {
   uint64_t pi = 0;         // next ring index
   uint64_t completed = 0;  // every WQE below has completed
-  uint64_t sig = 0;        // 1 + highest signalled index
+  uint64_t sig = 0;        // 1 + highest index signalled on request (the periodic ones follow from pi)
   uint64_t rung = 0;       // announced up to here
   uint32_t cq_ci = 0;      // CQEs consumed
 };
@@ -107,12 +107,6 @@ __device__ __forceinline__ void bare_store(SqStateT* s, const BareQ& b) {
   s->completed = b.completed;
   s->signaled = b.sig;
   s->cq_ci = b.cq_ci;
-}
-
-// 1 + the highest index in [first, first + n) that closes a signal period, or 0.
-__device__ __forceinline__ uint64_t last_signal_end(uint64_t first, uint32_t n, uint32_t period) {
-  const uint64_t e = (first + n) & ~static_cast<uint64_t>(period - 1u);
-  return e > first ? e : 0;
 }
 
 // Drains the CQEs the stand-in handed over (acquire of each tail word), then
@@ -165,7 +159,8 @@ __device__ __forceinline__ bool bare_space(const kd::QpHandle& q, BareQ& b, uint
 // asks for a CQE, a doorbell for what is not announced, then a bounded wait.
 __device__ __forceinline__ void bare_quiet(const kd::QpHandle& q, BareQ& b, const PostParams& p, uint32_t& nerr) {
   if (b.completed >= b.pi) return;
-  if (b.sig < b.pi) {
+  const uint64_t periodic = b.pi & ~static_cast<uint64_t>(q.signal_period - 1u);
+  if (b.sig < b.pi && periodic < b.pi) {
     if (!bare_space(q, b, 1, p, nerr)) return;
     bare_write_nop(q, b.pi);
     b.sig = ++b.pi;
@@ -202,7 +197,6 @@ __global__ void __launch_bounds__(1024, 1) b_thread(PostParams p) {
     const uint64_t i = b.pi++;
     const bool sig = ((i + 1) & (P - 1u)) == 0;
     bare_write_wqe(q, i, sig);
-    if (sig) b.sig = i + 1;
     if constexpr (kInject) {
       if (gtid == 0 && i == p.inject_idx) {  // a SEND: the stand-in must reject it
         uint32_t* w0 = reinterpret_cast<uint32_t*>(q.sq + static_cast<size_t>(i & (q.size() - 1u)) * 64u);
@@ -255,8 +249,6 @@ __global__ void __launch_bounds__(1024, 1) b_warp(PostParams p) {
     __syncwarp();  // every lane's WQE stores before lane 0's fences
     if (lane == 0) {
       b.pi = first + 32u;
-      const uint64_t e = last_signal_end(first, 32u, P);
-      if (e) b.sig = e;
       bare_ring(q, b.pi, p.bare_dbrec_release != 0);
       b.rung = b.pi;
     }
@@ -303,8 +295,6 @@ __global__ void __launch_bounds__(1024, 1) b_cta(PostParams p) {
     __syncthreads();  // every WQE store of the CTA before thread 0's fences; s_first/s_ok reusable
     if (tid == 0) {
       b.pi = first + n;
-      const uint64_t e = last_signal_end(first, n, P);
-      if (e) b.sig = e;
       bare_ring(q, b.pi, p.bare_dbrec_release != 0);
       b.rung = b.pi;
     }
@@ -369,8 +359,9 @@ __device__ __forceinline__ bool shared_wait_completed(const kd::QpHandle& q, uin
   }
 }
 
-// Lane 0: waits for the turn (ready == first), records the signalled end
-// (sig_end, 0 = none), rings when asked, hands the turn on.
+// Lane 0: waits for the turn (ready == first), records a requested CQE
+// (sig_end, 0 = none; the periodic ones follow from `ready`), rings when
+// asked, hands the turn on.
 template <Sharing S>
 __device__ __forceinline__ bool shared_publish(const kd::QpHandle& q, uint64_t first, uint32_t n, uint64_t sig_end,
                                                bool ring, const PostParams& p, uint32_t& nerr) {
@@ -430,7 +421,7 @@ __global__ void __launch_bounds__(1024, 1) b_shared(PostParams p) {
     if (lane == 0) {
       // One doorbell per warp batch whatever B: a batch left unannounced
       // could hold back the completions a later warp waits for.
-      ok = shared_publish<S>(q, first, 32u, last_signal_end(first, 32u, P), true, p, nerr) ? 1 : 0;
+      ok = shared_publish<S>(q, first, 32u, 0, true, p, nerr) ? 1 : 0;
       last_end = first + 32u;
     }
     ok = __shfl_sync(kFull, ok, 0);

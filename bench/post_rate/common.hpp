@@ -75,8 +75,9 @@ struct ConsParams {
 };
 
 // ---- host side -------------------------------------------------------------
-// ThreadLoop: thread-excl posting through one dev::post_loop call per unit.
-enum class Kind { Thread, ThreadLoop, Warp, WarpLib, Cta, CtaLib };
+// ThreadLoop: thread-excl posting through one dev::post_loop call per unit;
+// ThreadCursor: the per-step calls on a dev::SqCursor.
+enum class Kind { Thread, ThreadLoop, ThreadCursor, Warp, WarpLib, Cta, CtaLib };
 
 struct Config {
   std::string mode;   // row label: thread-excl, warp-coop, ...

@@ -3,7 +3,8 @@
 // p.per_unit RDMA-write WQEs and ends with quiet() on its QP(s).
 //   k_thread<S>   every thread reserves, prepares, publishes and, when its
 //                 ring index closes a group of db_batch, rings (thread-excl,
-//                 thread-cta, thread-gpu rows).
+//                 thread-cta, thread-gpu rows); k_thread_cursor the same
+//                 steps on an SqCursor (thread-cursor rows).
 //   k_warp<S,lib> 32 WQEs per batch: lane 0 reserves, every lane prepares,
 //                 lane 0 publishes and rings (warp-coop; lib: dev::warp_put).
 //   k_cta<lib>    blockDim WQEs per batch, thread 0 reserves/publishes/rings
@@ -113,6 +114,37 @@ __global__ void __launch_bounds__(1024, 1) k_thread_loop(PostParams p) {
   st = kd::quiet<Sharing::Exclusive>(q);
   if (st != Status::Ok) note_err(p, nerr, st, kWhereQuiet);
   const unsigned long long posted = t.idx - t.first;
+  if (posted) atomicAdd(p.posted, posted);
+  p.err_count[gtid] += nerr;
+}
+
+// thread-cursor rows: k_thread's per-step calls (reserve, prepare, publish,
+// ring every db_batch ring indices) on an SqCursor held in registers:
+// every thread owns QP gtid.
+__global__ void __launch_bounds__(1024, 1) k_thread_cursor(PostParams p) {
+  const uint32_t gtid = blockIdx.x * blockDim.x + threadIdx.x;
+  const kd::QpHandle q = p.qps[gtid];
+  uint32_t nerr = 0;
+  unsigned long long posted = 0;
+  const uint32_t B = p.db_batch;
+  kd::SqCursor c;
+  Status st = kd::open_cursor(q, &c);
+  if (st != Status::Ok) note_err(p, nerr, st, kWhereReserve);
+  for (uint32_t k = 0; k < p.per_unit && st == Status::Ok; ++k) {
+    uint64_t i = 0;
+    st = kd::reserve(q, c, 1, &i);
+    if (st != Status::Ok) {
+      note_err(p, nerr, st, kWhereReserve);
+      break;
+    }
+    prep<Sharing::Exclusive>(q, i);
+    kd::publish(q, c, i, 1);
+    ++posted;
+    if (B <= 1 || ((i + 1) & (B - 1)) == 0) kd::ring_doorbell(q, c, i + 1);
+  }
+  kd::close_cursor(q, c);
+  st = kd::quiet<Sharing::Exclusive>(q);  // rings the tail, then waits
+  if (st != Status::Ok) note_err(p, nerr, st, kWhereQuiet);
   if (posted) atomicAdd(p.posted, posted);
   p.err_count[gtid] += nerr;
 }

@@ -65,7 +65,7 @@ int dry_run(const Options& o, RunInfo& info) {
         m->wqes_per_unit = r.cfg.gran * 64;
         m->wqes = static_cast<uint64_t>(r.cfg.units) * m->wqes_per_unit;
         m->mwqe = m->mwqe_min = m->mwqe_max =
-            (m == &r.bare ? 2.0 : 1.0) * 0.5 * r.cfg.units * (r.cfg.kind == Kind::Thread || r.cfg.kind == Kind::ThreadLoop ? 1 : 20);
+            (m == &r.bare ? 2.0 : 1.0) * 0.5 * r.cfg.units * (r.cfg.kind == Kind::Thread || r.cfg.kind == Kind::ThreadLoop || r.cfg.kind == Kind::ThreadCursor ? 1 : 20);
         m->seconds = m->wqes / (m->mwqe * 1e6);
         m->reps = o.reps;
       }

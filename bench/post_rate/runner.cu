@@ -73,7 +73,8 @@ const void* post_kernel(const Config& c, bool bare, bool inject) {
   const bool excl = c.sharing == Sharing::Exclusive, cta = c.sharing == Sharing::Cta;
   if (bare) {
     switch (c.kind) {
-      case Kind::ThreadLoop: return reinterpret_cast<const void*>(&b_thread<false>);
+      case Kind::ThreadLoop:
+      case Kind::ThreadCursor: return reinterpret_cast<const void*>(&b_thread<false>);
       case Kind::Thread:
         if (excl) return inject ? reinterpret_cast<const void*>(&b_thread<true>)
                                 : reinterpret_cast<const void*>(&b_thread<false>);
@@ -96,6 +97,7 @@ const void* post_kernel(const Config& c, bool bare, bool inject) {
       if (cta) return reinterpret_cast<const void*>(&k_thread<Sharing::Cta>);
       return reinterpret_cast<const void*>(&k_thread<Sharing::Gpu>);
     case Kind::ThreadLoop: return reinterpret_cast<const void*>(&k_thread_loop);
+    case Kind::ThreadCursor: return reinterpret_cast<const void*>(&k_thread_cursor);
     case Kind::Warp:
       if (excl) return reinterpret_cast<const void*>(&k_warp<Sharing::Exclusive, false>);
       if (cta) return reinterpret_cast<const void*>(&k_warp<Sharing::Cta, false>);

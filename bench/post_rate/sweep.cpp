@@ -113,6 +113,11 @@ std::vector<Config> build_sweep(const Options& o, int sms) {
     c.kind = Kind::ThreadLoop;
     v.push_back(c);
   }
+  for (uint32_t db : {1u, 32u}) {  // one call per step, on a dev::SqCursor (counters in registers)
+    Config c = make_thread("thread-cursor", "single", Sharing::Exclusive, kMapThread, 1, 1, 1, db);
+    c.kind = Kind::ThreadCursor;
+    v.push_back(c);
+  }
   if (!q) v.push_back(make_thread("thread-excl", "single", Sharing::Exclusive, kMapThread, 1, 32, 32, 32));
   if (!q) v.push_back(make_thread("thread-excl", "single", Sharing::Exclusive, kMapThread, 4, 32, 128, 32));
   // (b) one warp per QP

@@ -311,6 +311,30 @@ __global__ void k_post_loop(const QpHandle* qs, const uint8_t* src, Lkey lk, uin
   out[tid] = static_cast<int>(s);
 }
 
+// The same through the cursor steps, one call per step (doorbell every 4 ring
+// indices): the ring wraps while the cursor is open, so reserve's
+// write-back, wait and reload run many times per thread.
+__global__ void k_cursor(const QpHandle* qs, const uint8_t* src, Lkey lk, uint64_t raddr, Rkey rk, int rounds,
+                         int* out) {
+  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const QpHandle& q = qs[tid];
+  SqCursor c;
+  Status s = open_cursor(q, &c);
+  const uint64_t first = c.reserved;
+  for (int k = 0; k < rounds && s == Status::Ok; ++k) {
+    uint64_t idx;
+    s = reserve(q, c, 1, &idx);
+    if (s != Status::Ok) break;
+    const size_t off = (static_cast<size_t>(tid) * rounds + k) * 64;
+    prepare_write<Sharing::Exclusive>(q, idx, src + off, lk, raddr + off, rk, 64, k + 1 == rounds ? kSignal : 0u);
+    publish(q, c, idx, 1);
+    if ((idx + 1) % 4 == 0 || k + 1 == rounds) ring_doorbell(q, c, idx + 1);
+  }
+  close_cursor(q, c);
+  if (s == Status::Ok) s = wait<Sharing::Exclusive>(q, Ticket{c.ready, first});
+  out[tid] = static_cast<int>(s);
+}
+
 __global__ void k_fetch_add_all(QpHandle q, uint64_t* olds, Lkey lk, uint64_t raddr, Rkey rk, int* out) {
   const int tid = blockIdx.x * blockDim.x + threadIdx.x;
   Ticket t;
@@ -512,6 +536,10 @@ KGT_TEST(shared_lanes_on_a_ring_smaller_than_the_warp) { reserve_together<Sharin
 
 KGT_TEST(post_loop_wraps_a_small_ring) {
   chunks_test(64, QpConfig{.sq_depth = 16}, 2, 32, 100, [](auto... a) { k_post_loop<<<2, 32>>>(a...); });
+}
+
+KGT_TEST(cursor_steps_wrap_a_small_ring) {
+  chunks_test(64, QpConfig{.sq_depth = 16}, 2, 32, 100, [](auto... a) { k_cursor<<<2, 32>>>(a...); });
 }
 
 KGT_TEST(fetch_add_from_2048_threads) {

@@ -465,8 +465,11 @@ TEST(TransportEdges, ZeroLengthTransfers) {
   uint64_t sig = 0;
   std::memcpy(&sig, t.mem.data() + 8, 8);
   EXPECT_EQ(sig, 5u);
-  for (size_t i = 0; i < t.mem.size(); ++i)
-    if (i < 8 || i >= 16) EXPECT_EQ(t.mem[i], 0) << i;
+  for (size_t i = 0; i < t.mem.size(); ++i) {
+    if (i < 8 || i >= 16) {
+      EXPECT_EQ(t.mem[i], 0) << i;
+    }
+  }
   // Zero bytes one past the end are still past the end of a 64-byte region.
   ASSERT_EQ(p.a->put(p.ab, buf, 0, t.key_id, t.base() + 65, 4), Status::Ok);
   EXPECT_EQ(p.one().status, Status::RemoteAccess);

@@ -58,6 +58,8 @@ template <Sharing S> void every_verb_refuses(const QpHandle& h, const char* what
   if constexpr (S == Sharing::Exclusive) {
     EXPECT_EQ(dev::post_loop(h, 4, 1, 0, nullptr, [&](uint64_t idx, uint32_t f) { dev::prepare_nop<S>(h, idx, f); }),
               Status::InvalidArgument);
+    dev::SqCursor c{};
+    EXPECT_EQ(dev::open_cursor(h, &c), Status::InvalidArgument);
   }
 }
 

@@ -81,7 +81,7 @@ TYPED_TEST(Verbs, SelectiveSignallingFollowsPeriod) {
     EXPECT_EQ(r.opcode(i), m::kOpNop);
     EXPECT_EQ(r.wqe_index(i), i);
   }
-  EXPECT_EQ(r.state.signaled, 8u);
+  EXPECT_EQ(r.state.signaled, 2u) << "only kSignal counts: the periodic requests follow from `ready`";
 }
 
 TYPED_TEST(Verbs, WaitOnUnsignalledTicketPostsSignalledNop) {
@@ -112,6 +112,23 @@ TYPED_TEST(Verbs, WaitOnUnsignalledTicketPostsSignalledNop) {
   r.complete(2);
   EXPECT_EQ(dev::wait<S>(r.h, t2), Status::Ok);
   EXPECT_EQ(r.state.reserved, 3u);
+}
+
+// wait() knows the periodic CQE requests from `ready`: a ticket at or below
+// a published period end needs no NOP; one past it does.
+TYPED_TEST(Verbs, WaitCountsPeriodicRequestsFromReady) {
+  constexpr Sharing S = TypeParam::value;
+  FakeRing r(4, 4, 4, 50'000'000);  // period 4: WQE 3 requests a CQE
+  Ticket t2, t4;
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(dev::nop<S>(r.h, 0, i == 2 ? &t2 : &t4), Status::Ok);
+  EXPECT_EQ(r.state.signaled, 0u);
+  r.complete(3);
+  EXPECT_EQ(dev::wait<S>(r.h, t2), Status::Ok);
+  EXPECT_EQ(r.state.reserved, 5u) << "WQE 3's periodic CQE covers WQE 2: no NOP";
+  EXPECT_EQ(dev::wait<S>(r.h, t4), Status::TimeoutCompletion);
+  EXPECT_EQ(r.state.reserved, 6u) << "nothing published at or after WQE 4 asks a CQE: one NOP";
+  EXPECT_TRUE(r.wants_cqe(5));
+  EXPECT_EQ(r.state.signaled, 6u);
 }
 
 TYPED_TEST(Verbs, QuietCoversEverythingReserved) {
@@ -394,7 +411,7 @@ TEST(PostLoop, NoDoorbellLeavesTheTailUnrung) {
   EXPECT_EQ(r.send_pi(), 4u);
   EXPECT_EQ(r.state.rung, 4u);
   EXPECT_EQ(r.state.ready, 6u);
-  EXPECT_EQ(r.state.signaled, 4u);  // WQE 3 closed a period; kNoDoorbell asks no CQE
+  EXPECT_EQ(r.state.signaled, 0u);  // no kSignal (WQE 3's periodic request follows from `ready`)
 }
 
 TEST(PostLoop, RejectsBadArgumentsBeforePosting) {
@@ -441,6 +458,134 @@ TEST(PostLoop, FullRingTimesOutAndBreaksTheQp) {
   EXPECT_EQ(r.state.reserved, 5u) << "slot 4 stays reserved, unpublished";
   EXPECT_EQ(r.state.broken, 1u);
   EXPECT_EQ(r.state.local_error, uint8_t(Status::TimeoutSqSpace));
+}
+
+// SqCursor: the Exclusive steps with the counters in the caller's variable.
+TEST(SqCursor, StepsPostRingAndSignalLikeTheSqStateSteps) {
+  FakeRing r(4, 4, 4);  // 16 slots, period 4
+  dev::SqCursor c;
+  ASSERT_EQ(dev::open_cursor(r.h, &c), Status::Ok);
+  for (uint64_t k = 0; k < 10; ++k) {
+    uint64_t idx = 99;
+    ASSERT_EQ(dev::reserve(r.h, c, 1, &idx), Status::Ok);
+    EXPECT_EQ(idx, k);
+    dev::prepare_nop<Sharing::Exclusive>(r.h, idx, k == 9 ? dev::kSignal : 0u);
+    ASSERT_EQ(dev::publish(r.h, c, idx, 1), Status::Ok);
+    if ((idx + 1) % 4 == 0) {
+      ASSERT_EQ(dev::ring_doorbell(r.h, c, idx + 1), Status::Ok);
+    }
+  }
+  // The cursor holds the counters; SqState has not moved (only kSignal's max).
+  EXPECT_EQ(r.state.reserved, 0u);
+  EXPECT_EQ(r.state.ready, 0u);
+  EXPECT_EQ(r.state.rung, 0u);
+  EXPECT_EQ(r.state.signaled, 10u) << "kSignal raises SqState::signaled itself";
+  EXPECT_EQ(c.reserved, 10u);
+  EXPECT_EQ(c.ready, 10u);
+  EXPECT_EQ(c.rung, 8u);
+  EXPECT_EQ(r.send_pi(), 8u);
+  ASSERT_EQ(dev::ring_doorbell(r.h, c, 10), Status::Ok);
+  EXPECT_EQ(r.send_pi(), 10u);
+  EXPECT_EQ(r.db, kinet::mlx5::doorbell_word(10, r.h.qpn_be8)) << "the doorbell word carries the new index";
+  dev::close_cursor(r.h, c);
+  EXPECT_EQ(r.state.reserved, 10u);
+  EXPECT_EQ(r.state.ready, 10u);
+  EXPECT_EQ(r.state.rung, 10u);
+  EXPECT_EQ(r.state.signaled, 10u);
+  for (uint64_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(r.wqe_index(i), i);
+    EXPECT_EQ(r.wants_cqe(i), i == 3 || i == 7 || i == 9) << "WQE " << i;
+  }
+  for (uint64_t i : {3, 7, 9}) r.complete(i);
+  EXPECT_EQ(dev::quiet<Sharing::Exclusive>(r.h), Status::Ok);
+  EXPECT_EQ(r.state.reserved, 10u) << "quiet needed no NOP: signaled was exact";
+}
+
+TEST(SqCursor, RingsNothingTwiceAndTestWorksWhileOpen) {
+  FakeRing r(4, 4, 4);
+  dev::SqCursor c;
+  ASSERT_EQ(dev::open_cursor(r.h, &c), Status::Ok);
+  uint64_t a;
+  ASSERT_EQ(dev::reserve(r.h, c, 2, &a), Status::Ok);
+  dev::prepare_nop<Sharing::Exclusive>(r.h, a, 0);
+  dev::prepare_nop<Sharing::Exclusive>(r.h, a + 1, dev::kSignal);
+  ASSERT_EQ(dev::ring_doorbell(r.h, c, 2), Status::Ok);
+  EXPECT_EQ(r.send_pi(), 0u) << "nothing published yet: nothing to announce";
+  ASSERT_EQ(dev::publish(r.h, c, a, 2), Status::Ok);
+  ASSERT_EQ(dev::ring_doorbell(r.h, c, 2), Status::Ok);
+  EXPECT_EQ(r.send_pi(), 2u);
+  r.db = 0;
+  ASSERT_EQ(dev::ring_doorbell(r.h, c, 2), Status::Ok);
+  EXPECT_EQ(r.db, 0u) << "a second ring with nothing new stores no doorbell";
+  EXPECT_EQ(dev::test<Sharing::Exclusive>(r.h, Ticket{2, 0}), Status::Pending);
+  r.complete(1);
+  EXPECT_EQ(dev::test<Sharing::Exclusive>(r.h, Ticket{2, 0}), Status::Ok);
+  dev::close_cursor(r.h, c);
+  EXPECT_EQ(r.state.completed, 2u);
+}
+
+TEST(SqCursor, FullRingWritesBackWaitsAndReloads) {
+  FakeRing r(2, 3, 2);  // 4 slots, period 2: WQEs 1, 3, 5 signalled
+  dev::SqCursor c;
+  ASSERT_EQ(dev::open_cursor(r.h, &c), Status::Ok);
+  EXPECT_EQ(c.limit, 4u);
+  for (uint64_t k = 0; k < 4; ++k) {
+    uint64_t idx;
+    ASSERT_EQ(dev::reserve(r.h, c, 1, &idx), Status::Ok);
+    dev::prepare_nop<Sharing::Exclusive>(r.h, idx, 0);
+    dev::publish(r.h, c, idx, 1);
+  }
+  EXPECT_EQ(r.send_pi(), 0u) << "published, not rung";
+  r.complete(1);
+  uint64_t idx;
+  // Ring full: the counters go back to SqState, reserve<Exclusive> rings
+  // what is published (kick), polls the CQE and hands out slot 4.
+  ASSERT_EQ(dev::reserve(r.h, c, 1, &idx), Status::Ok);
+  EXPECT_EQ(idx, 4u);
+  EXPECT_EQ(r.send_pi(), 4u) << "the wait rang the published WQEs";
+  EXPECT_EQ(c.rung, 4u);
+  EXPECT_EQ(c.reserved, 5u);
+  EXPECT_EQ(c.limit, 6u) << "completed (2) + 4";
+  EXPECT_EQ(r.state.completed, 2u);
+  dev::prepare_nop<Sharing::Exclusive>(r.h, idx, 0);
+  dev::publish(r.h, c, idx, 1);
+  dev::ring_doorbell(r.h, c, 5);
+  dev::close_cursor(r.h, c);
+  EXPECT_EQ(r.state.reserved, 5u);
+  EXPECT_EQ(r.state.ready, 5u);
+  EXPECT_EQ(r.state.rung, 5u);
+  EXPECT_EQ(r.wqe_index(4), 4u);
+}
+
+TEST(SqCursor, BadCountsBrokenQpsAndTimeouts) {
+  FakeRing r(2, 2, 2, /*timeout_ns=*/20'000'000);
+  dev::SqCursor c;
+  ASSERT_EQ(dev::open_cursor(r.h, &c), Status::Ok);
+  uint64_t idx = 77;
+  EXPECT_EQ(dev::reserve(r.h, c, 0, &idx), Status::InvalidArgument);
+  EXPECT_EQ(dev::reserve(r.h, c, 3, &idx), Status::InvalidArgument) << "more than half of 4 slots";
+  EXPECT_EQ(idx, 77u);
+  EXPECT_EQ(c.reserved, 0u);
+  for (uint64_t k = 0; k < 2; ++k) {
+    ASSERT_EQ(dev::reserve(r.h, c, 2, &idx), Status::Ok);
+    dev::prepare_nop<Sharing::Exclusive>(r.h, idx, 0);
+    dev::prepare_nop<Sharing::Exclusive>(r.h, idx + 1, 0);
+    dev::publish(r.h, c, idx, 2);
+  }
+  // No CQE ever comes: the bounded wait breaks the QP.
+  EXPECT_EQ(dev::reserve(r.h, c, 1, &idx), Status::TimeoutSqSpace);
+  EXPECT_EQ(idx, 4u);
+  EXPECT_EQ(c.reserved, 5u) << "slot 4 stays reserved, unpublished, as reserve<Exclusive> leaves it";
+  dev::close_cursor(r.h, c);
+  EXPECT_EQ(r.state.reserved, 5u);
+  EXPECT_EQ(r.state.ready, 4u);
+  EXPECT_EQ(r.state.broken, 1u);
+  EXPECT_EQ(r.state.local_error, uint8_t(Status::TimeoutSqSpace));
+  EXPECT_EQ(dev::open_cursor(r.h, &c), Status::QpBroken);
+  FakeRing r2(2, 2, 2);
+  r2.state.broken = 1;
+  EXPECT_EQ(dev::open_cursor(r2.h, &c), Status::QpBroken);
+  EXPECT_EQ(r2.state.local_error, uint8_t(Status::QpBroken)) << "the verb that reports it records it";
 }
 
 }  // namespace

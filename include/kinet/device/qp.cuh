@@ -82,8 +82,8 @@ struct SqState {
   uint64_t reserved;   // next index to hand out
   uint64_t ready;      // every WQE below this is written and published
   uint64_t rung;       // every WQE below this has been announced to the NIC
-  uint64_t signaled;   // 1 + index of the highest published WQE that requests a CQE (prepare_* raises it
-                       // for kSignal, publish() for the WQEs that close a signal period)
+  uint64_t signaled;   // 1 + index of the highest WQE prepared with kSignal (prepare_* raises it); the
+                       // WQEs that close a signal period always request a CQE and are not counted here
   uint64_t completed;  // every WQE below this has completed (from CQEs)
   uint64_t error_wqe;  // ring index of the WQE of the first error CQE
   uint32_t cq_ci;      // CQEs consumed
@@ -250,6 +250,41 @@ template <Sharing S> KINET_HD Status wait(const QpHandle& q, Ticket t);
 // last WQE reserved before the call (WrFlushed when an earlier WQE faulted).
 template <Sharing S> KINET_HD Status quiet(const QpHandle& q);
 
+// ---------------------------------------------------------------------------
+// Exclusive QPs, step by step with the counters in the owner's hands.
+// The steps above keep the counters in SqState, so each call reloads them
+// from memory (one round trip per WQE: the compiler cannot keep them in
+// registers across a WQE store). An SqCursor is a copy of them the owner
+// holds in a local variable (registers) between open_cursor and close_cursor:
+//   SqCursor c; open_cursor(q, &c);
+//   reserve(q, c, n, &first); prepare_*<Sharing::Exclusive>(q, idx, ...);
+//   publish(q, c, first, n); ring_doorbell(q, c, upto); ... close_cursor(q, c);
+// While a cursor is open, SqState's reserved/ready/rung are stale:
+// on q only the cursor's steps, prepare_*<Exclusive>, poll_cq<Exclusive> and
+// test<Exclusive> may be called (they do not use those counters), by the
+// owner. The other verbs (wait, quiet, put, ...) after close_cursor, which
+// writes the counters back. A reserve that finds the ring full writes them
+// back, waits as reserve<Exclusive> does (bounded; TimeoutSqSpace breaks the
+// QP) and reloads them; `broken` is checked there and at open_cursor only
+// (no one else may break an Exclusive QP while its owner posts).
+struct SqCursor {
+  uint64_t reserved;  // as SqState's
+  uint64_t ready;
+  uint64_t rung;
+  uint64_t limit;     // SqState::completed + size() when last read: reserve without waiting below it
+  uint32_t max_n;     // size() / 2: the most slots one reservation may take
+};
+// InvalidArgument (bad handle), QpBroken, or Ok with *c loaded.
+KINET_HD Status open_cursor(const QpHandle& q, SqCursor* c);
+// As reserve<Exclusive>; Ok, InvalidArgument (n), QpBroken or TimeoutSqSpace.
+KINET_HD Status reserve(const QpHandle& q, SqCursor& c, uint32_t n, uint64_t* first);
+// As publish<Exclusive> (ranges in reservation order); always Ok.
+KINET_HD Status publish(const QpHandle& q, SqCursor& c, uint64_t first, uint32_t n);
+// As ring_doorbell<Exclusive>: announces everything published; always Ok.
+KINET_HD Status ring_doorbell(const QpHandle& q, SqCursor& c, uint64_t upto);
+// Writes the counters back to SqState; the cursor is then spent.
+KINET_HD void close_cursor(const QpHandle& q, const SqCursor& c);
+
 // Exclusive QPs: every call on the QP comes from its one owner thread. After
 // a cooperative post (coop.cuh warp_post<Exclusive> and the warp_*/cta_*
 // helpers), the owner is the group's leader: only that thread may then
@@ -306,10 +341,10 @@ template <Sharing S> KINET_HD Status put_signal(const QpHandle& q, const void* s
 // ..., f) call (f: the caller's kFence on the first WQE, kSignal on the last),
 // and rings the doorbell whenever the ring index reaches a multiple of
 // db_every (a power of two) and after the last WQE (unless kNoDoorbell).
-// The counters stay in registers for the whole call, as a hand-written loop
-// would keep them (no SqState round trip per WQE); SqState is written back
-// before any wait for free slots and when the call returns, so it is exact
-// whenever no post_loop is running. make must not call other verbs on q.
+// The counters stay in registers for the whole call (an SqCursor, above):
+// no SqState round trip per WQE; SqState is written back before any wait for
+// free slots and when the call returns, so it is exact whenever no post_loop
+// is running. make must not call other verbs on q.
 // InvalidArgument (nothing posted) for count == 0, db_every not a power of
 // two, or a reservation outstanding (reserved != ready). Waits for space
 // like reserve() (bounded; TimeoutSqSpace breaks the QP); on a failure *t

@@ -146,57 +146,28 @@ template <Sharing S> KINET_HD Status nop(const QpHandle& q, uint32_t flags, Tick
   return detail::post_one<S>(q, flags, t, [&](uint64_t idx, uint32_t f) { prepare_nop<S>(q, idx, f); });
 }
 
-
 template <class Make>
 KINET_HD Status post_loop(const QpHandle& q, uint64_t count, uint32_t db_every, uint32_t flags, Ticket* t,
                           Make make) {
-  constexpr Sharing X = Sharing::Exclusive;
-  SqState* s = q.state;
-  detail::check_exclusive_owner<X>(q);
-  if (!detail::handle_ok<X>(q)) return Status::InvalidArgument;
   if (count == 0 || db_every == 0 || (db_every & (db_every - 1)) != 0) return Status::InvalidArgument;
-  if (s->broken) return detail::fail<X>(q, Status::QpBroken);
-  uint64_t r = s->reserved;
-  if (s->ready != r) return Status::InvalidArgument;  // a reservation is outstanding
-  // The owner's counters, in registers until the call returns (or waits).
-  uint64_t rung = s->rung, sig = s->signaled, limit = s->completed + q.size();
-  const uint64_t first = r, mask = db_every - 1, period = q.signal_period - 1;
-  Status st = Status::Ok;
-  bool reserved_ahead = false;  // a failed reserve() left s->reserved past r
+  SqCursor c;
+  Status st = open_cursor(q, &c);
+  if (st != Status::Ok) return st;
+  if (c.ready != c.reserved) return Status::InvalidArgument;  // a reservation is outstanding
+  const uint64_t first = c.reserved, mask = db_every - 1;
   for (uint64_t k = 0; k < count; ++k) {
-    if (r + 1 > limit) {
-      // Ring full: write the counters back and wait like reserve() does
-      // (kick, poll, bounded), which then holds slot r for us.
-      s->reserved = r;
-      s->ready = r;
-      s->rung = rung;
-      if (sig > s->signaled) s->signaled = sig;
-      uint64_t f;
-      st = reserve<X>(q, 1, &f);
-      if (st != Status::Ok) {
-        reserved_ahead = st == Status::TimeoutSqSpace;
-        break;
-      }
-      rung = s->rung;
-      sig = s->signaled;
-      limit = s->completed + q.size();
-    }
+    uint64_t idx;
+    st = reserve(q, c, 1, &idx);
+    if (st != Status::Ok) break;
     uint32_t f = 0;
     if (k == 0) f |= flags & kFence;
     if (k + 1 == count) f |= flags & kSignal;
-    make(r, f);
-    ++r;
-    if ((r & period) == 0) sig = r;  // WQE r - 1 closed a signal period (completion_flags)
-    if ((r & mask) == 0 || (k + 1 == count && !(flags & kNoDoorbell))) {
-      detail::ring_at(q, r);
-      rung = r;
-    }
+    make(idx, f);
+    publish(q, c, idx, 1);
+    if (((idx + 1) & mask) == 0 || (k + 1 == count && !(flags & kNoDoorbell))) ring_doorbell(q, c, idx + 1);
   }
-  if (!reserved_ahead) s->reserved = r;
-  s->ready = r;
-  s->rung = rung;
-  if (sig > s->signaled) s->signaled = sig;  // kSignal raised it in memory (completion_flags)
-  if (t && r > first) *t = Ticket{r, first};
+  close_cursor(q, c);
+  if (t && c.ready > first) *t = Ticket{c.ready, first};
   return st;
 }
 

@@ -159,8 +159,8 @@ template <Sharing S, class T> KINET_HD void st_rel(T* p, T v) {
 
 // Requests a CQE for WQE idx when asked, or when idx closes a signal period
 // (so free slots always come back, whatever the caller asked). Only kSignal
-// raises `signaled` here; the periodic ones are recorded by publish(), which
-// knows them from the range alone (signal_end), so no per-WQE atomic.
+// raises `signaled`: the periodic requests are known from `ready` alone
+// (periodic_end), so publishing costs nothing for them.
 template <Sharing S> KINET_HD uint8_t completion_flags(const QpHandle& q, uint64_t idx, uint32_t flags) {
   const bool periodic = ((idx + 1) & (q.signal_period - 1)) == 0;
   uint8_t f = 0;
@@ -175,11 +175,10 @@ template <Sharing S> KINET_HD uint8_t completion_flags(const QpHandle& q, uint64
   return f;
 }
 
-// 1 + the highest index in [first, first + n) that closes a signal period
+// 1 + the index of the last WQE below `ready` that closes a signal period
 // (and so requests a CQE whatever the caller asked), or 0 if none does.
-KINET_HD uint64_t signal_end(const QpHandle& q, uint64_t first, uint32_t n) {
-  const uint64_t e = (first + n) & ~static_cast<uint64_t>(q.signal_period - 1);
-  return e > first ? e : 0;
+KINET_HD uint64_t periodic_end(const QpHandle& q, uint64_t ready) {
+  return ready & ~static_cast<uint64_t>(q.signal_period - 1);
 }
 
 KINET_HD uint8_t* slot(const QpHandle& q, uint64_t idx) {
@@ -477,10 +476,6 @@ namespace detail {
 // publish() of one caller's range on a shared QP: its turn, then the release.
 template <Sharing S> KINET_HD Status publish_range(const QpHandle& q, uint64_t first, uint32_t n) {
   SqState* s = q.state;
-  // Before the turn, outside the in-order section (as prepare_* did it); max:
-  // kSignal WQEs of other ranges raise it concurrently.
-  const uint64_t e = signal_end(q, first, n);
-  if (e) fetch_max_relaxed<kScope<S>>(&s->signaled, e);
   if (load_acquire<kScope<S>>(&s->ready) != first) {
     Deadline dl(q.timeout_ns);
     while (load_acquire<kScope<S>>(&s->ready) != first) {
@@ -520,10 +515,6 @@ template <Sharing S> KINET_HD Status publish(const QpHandle& q, uint64_t first, 
   detail::check_exclusive_owner<S>(q);
   if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
   if constexpr (S == Sharing::Exclusive) {
-    // Periodic CQE requests are known from the range; only a range that
-    // closes a period reads `signaled` (kSignal may have raised it further).
-    const uint64_t e = detail::signal_end(q, first, n);
-    if (e != 0 && e > s->signaled) s->signaled = e;
     s->ready = first + n;
     return Status::Ok;
   } else {
@@ -631,8 +622,11 @@ template <Sharing S> KINET_HD Status wait(const QpHandle& q, Ticket t) {
   if (!detail::handle_ok<S>(q)) return Status::InvalidArgument;
   if (t.idx == 0) return Status::Ok;
   if (detail::ld<S>(&s->completed) >= t.idx) return detail::completed_status<S>(q, t);
-  uint64_t sig = (S == Sharing::Exclusive) ? s->signaled : load_relaxed<kScope<S>>(&s->signaled);
-  if (sig < t.idx) {
+  // Will a CQE come at or after the ticket? kSignal WQEs raise `signaled`;
+  // periodic requests are every published WQE that closes a period.
+  const uint64_t sig = (S == Sharing::Exclusive) ? s->signaled : load_relaxed<kScope<S>>(&s->signaled);
+  const uint64_t rdy = (S == Sharing::Exclusive) ? s->ready : load_relaxed<kScope<S>>(&s->ready);
+  if (sig < t.idx && detail::periodic_end(q, rdy) < t.idx) {
     Status st = nop<S>(q, kSignal, nullptr);  // a CQE at or after the ticket
     if (st != Status::Ok) return st;
   }
@@ -650,6 +644,59 @@ template <Sharing S> KINET_HD Status wait(const QpHandle& q, Ticket t) {
 template <Sharing S> KINET_HD Status quiet(const QpHandle& q) {
   const uint64_t r = (S == Sharing::Exclusive) ? q.state->reserved : load_relaxed<kScope<S>>(&q.state->reserved);
   return wait<S>(q, Ticket{r, r == 0 ? 0 : r - 1});  // the last WQE reserved: stable meaning of quiet()
+}
+
+// ---------------------------------------------------------------------------
+// SqCursor: the Exclusive steps on the owner's copy of the counters.
+KINET_HD Status open_cursor(const QpHandle& q, SqCursor* c) {
+  constexpr Sharing X = Sharing::Exclusive;
+  detail::check_exclusive_owner<X>(q);
+  if (!detail::handle_ok<X>(q)) return Status::InvalidArgument;
+  const SqState* s = q.state;
+  if (s->broken) return detail::fail<X>(q, Status::QpBroken);
+  *c = SqCursor{s->reserved, s->ready, s->rung, s->completed + q.size(), q.size() / 2};
+  return Status::Ok;
+}
+
+KINET_HD void close_cursor(const QpHandle& q, const SqCursor& c) {
+  SqState* s = q.state;
+  s->reserved = c.reserved;
+  s->ready = c.ready;
+  s->rung = c.rung;
+}
+
+KINET_HD Status reserve(const QpHandle& q, SqCursor& c, uint32_t n, uint64_t* first) {
+  // One test for both: n in 1..size/2 and room below the limit.
+  if ((n - 1u < c.max_n) & (c.reserved + n <= c.limit)) {
+    *first = c.reserved;
+    c.reserved += n;
+    return Status::Ok;
+  }
+  if (n == 0 || n > c.max_n) return Status::InvalidArgument;
+  // Ring full as far as the cursor knows: reserve<Exclusive> on the written-
+  // back counters polls the CQ, kicks and waits; then reload what it moved.
+  close_cursor(q, c);
+  const Status st = reserve<Sharing::Exclusive>(q, n, first);
+  const SqState* s = q.state;
+  c.reserved = s->reserved;  // also past a TimeoutSqSpace's abandoned slots
+  c.rung = s->rung;
+  c.limit = s->completed + q.size();
+  return st;
+}
+
+KINET_HD Status publish(const QpHandle& q, SqCursor& c, uint64_t first, uint32_t n) {
+  (void)q;
+  c.ready = first + n;
+  return Status::Ok;
+}
+
+KINET_HD Status ring_doorbell(const QpHandle& q, SqCursor& c, uint64_t upto) {
+  (void)upto;  // Exclusive: everything published is announced
+  if (c.ready != c.rung) {
+    detail::ring_at(q, c.ready);
+    c.rung = c.ready;
+  }
+  return Status::Ok;
 }
 
 }  // namespace kinet::dev
