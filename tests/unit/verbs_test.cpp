@@ -586,6 +586,17 @@ TEST(SqCursor, BadCountsBrokenQpsAndTimeouts) {
   r2.state.broken = 1;
   EXPECT_EQ(dev::open_cursor(r2.h, &c), Status::QpBroken);
   EXPECT_EQ(r2.state.local_error, uint8_t(Status::QpBroken)) << "the verb that reports it records it";
+  // A cursor that failed to open is refused by the steps and changes nothing.
+  r2.state.broken = 0;
+  r2.state.reserved = r2.state.ready = r2.state.rung = 7;
+  EXPECT_EQ(dev::reserve(r2.h, c, 1, &idx), Status::InvalidArgument);
+  dev::publish(r2.h, c, 0, 1);
+  EXPECT_EQ(dev::ring_doorbell(r2.h, c, 1), Status::InvalidArgument);
+  EXPECT_EQ(r2.db, 0u) << "no doorbell for a cursor that is not open";
+  dev::close_cursor(r2.h, c);
+  EXPECT_EQ(r2.state.reserved, 7u);
+  EXPECT_EQ(r2.state.ready, 7u);
+  EXPECT_EQ(r2.state.rung, 7u);
 }
 
 }  // namespace

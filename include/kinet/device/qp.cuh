@@ -274,15 +274,21 @@ struct SqCursor {
   uint64_t limit;     // SqState::completed + size() when last read: reserve without waiting below it
   uint32_t max_n;     // size() / 2: the most slots one reservation may take
 };
-// InvalidArgument (bad handle), QpBroken, or Ok with *c loaded.
+// InvalidArgument (bad handle), QpBroken, or Ok with *c loaded. On failure
+// *c is "not open": reserve and ring_doorbell return InvalidArgument for it
+// and close_cursor does nothing.
 KINET_HD Status open_cursor(const QpHandle& q, SqCursor* c);
-// As reserve<Exclusive>; Ok, InvalidArgument (n), QpBroken or TimeoutSqSpace.
+// As reserve<Exclusive>; Ok, InvalidArgument (n, or a cursor not open),
+// QpBroken or TimeoutSqSpace.
 KINET_HD Status reserve(const QpHandle& q, SqCursor& c, uint32_t n, uint64_t* first);
-// As publish<Exclusive> (ranges in reservation order); always Ok.
+// As publish<Exclusive> (ranges in reservation order); always Ok. Not checked
+// (it is one store on the hot path): only ranges reserve(q, c, ...) handed out.
 KINET_HD Status publish(const QpHandle& q, SqCursor& c, uint64_t first, uint32_t n);
-// As ring_doorbell<Exclusive>: announces everything published; always Ok.
+// As ring_doorbell<Exclusive>: announces everything published; Ok, or
+// InvalidArgument for a cursor not open.
 KINET_HD Status ring_doorbell(const QpHandle& q, SqCursor& c, uint64_t upto);
-// Writes the counters back to SqState; the cursor is then spent.
+// Writes the counters back to SqState (nothing for a cursor not open); the
+// cursor is then spent.
 KINET_HD void close_cursor(const QpHandle& q, const SqCursor& c);
 
 // Exclusive QPs: every call on the QP comes from its one owner thread. After

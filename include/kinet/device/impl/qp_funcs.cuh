@@ -651,6 +651,7 @@ template <Sharing S> KINET_HD Status quiet(const QpHandle& q) {
 KINET_HD Status open_cursor(const QpHandle& q, SqCursor* c) {
   constexpr Sharing X = Sharing::Exclusive;
   detail::check_exclusive_owner<X>(q);
+  *c = SqCursor{};  // max_n == 0: not open (the other steps refuse it, close does nothing)
   if (!detail::handle_ok<X>(q)) return Status::InvalidArgument;
   const SqState* s = q.state;
   if (s->broken) return detail::fail<X>(q, Status::QpBroken);
@@ -659,6 +660,7 @@ KINET_HD Status open_cursor(const QpHandle& q, SqCursor* c) {
 }
 
 KINET_HD void close_cursor(const QpHandle& q, const SqCursor& c) {
+  if (c.max_n == 0) return;  // never opened, or open_cursor failed
   SqState* s = q.state;
   s->reserved = c.reserved;
   s->ready = c.ready;
@@ -692,6 +694,7 @@ KINET_HD Status publish(const QpHandle& q, SqCursor& c, uint64_t first, uint32_t
 
 KINET_HD Status ring_doorbell(const QpHandle& q, SqCursor& c, uint64_t upto) {
   (void)upto;  // Exclusive: everything published is announced
+  if (c.max_n == 0) return Status::InvalidArgument;  // not open
   if (c.ready != c.rung) {
     detail::ring_at(q, c.ready);
     c.rung = c.ready;
