@@ -177,10 +177,15 @@ class ShmLink final : public Link {
     munmap(base_, map_bytes(ring_));
   }
 
-  void send(const uint8_t* frame, size_t n, Clock::time_point deadline) override {
+  void send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2,
+                  Clock::time_point deadline) override {
+    const size_t n = n1 + n2;
     if (n < kHeaderBytes || n > kMaxFrame)
       throw Error(ErrorCode::InvalidArgument, peer_ + ": frame of " + std::to_string(n) + " bytes (16.." +
                                                   std::to_string(kMaxFrame) + " allowed)");
+    if (n1 < kHeaderBytes)
+      throw Error(ErrorCode::InvalidArgument, peer_ + ": a frame's first part of " + std::to_string(n1) +
+                                                  " bytes: it must hold the whole 16-byte header");
     const auto start = Clock::now();
     uint64_t free = 0;
     auto room = [&] {
@@ -197,7 +202,8 @@ class ShmLink final : public Link {
       throw Error(ErrorCode::System, peer_ + ": timeout after " + std::to_string(ms_between(start, deadline)) +
                                          " ms waiting for ring space (" + std::to_string(n) + " bytes to send, " +
                                          std::to_string(free) + " of " + std::to_string(ring_) + " free)");
-    copy_in(tx_data_, ring_, tx_tail_, frame, n);
+    copy_in(tx_data_, ring_, tx_tail_, head, n1);
+    if (n2) copy_in(tx_data_, ring_, tx_tail_ + n1, body, n2);
     tx_tail_ += n;
     publish_tail(tx_ctl_, tx_tail_);
     if (peer_waits(tx_ctl_, kShmConsumerWaits)) wake(conn_.get());

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -111,12 +112,23 @@ bool wait_fd(int fd, short events, Clock::time_point deadline) {
 }
 }  // namespace
 
-void TcpLink::send(const uint8_t* frame, size_t n, Clock::time_point deadline) {
+void TcpLink::send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2,
+                         Clock::time_point deadline) {
   const auto start = Clock::now();
+  const size_t n = n1 + n2;
   size_t done = 0;
   while (done < n) {
     if (closed_.closed()) lost("the link was closed");
-    const ssize_t k = ::send(fd_.get(), frame + done, n - done, MSG_NOSIGNAL);
+    // One sendmsg for what is left of both parts.
+    iovec iov[2];
+    int cnt = 0;
+    if (done < n1) iov[cnt++] = {const_cast<uint8_t*>(head) + done, n1 - done};
+    const size_t body_off = done > n1 ? done - n1 : 0;
+    if (n2 > body_off) iov[cnt++] = {const_cast<uint8_t*>(body) + body_off, n2 - body_off};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(cnt);
+    const ssize_t k = ::sendmsg(fd_.get(), &m, MSG_NOSIGNAL);
     if (k > 0) {
       done += static_cast<size_t>(k);
       continue;

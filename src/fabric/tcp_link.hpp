@@ -25,7 +25,8 @@ class TcpLink final : public Link {
   ~TcpLink() override;
   // Every send goes out with MSG_NOSIGNAL: a peer that died is an EPIPE
   // ("peer lost"), never a SIGPIPE.
-  void send(const uint8_t* frame, size_t n, Clock::time_point deadline) override;
+  void send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2,
+                  Clock::time_point deadline) override;
   bool recv(std::vector<uint8_t>& out, Clock::time_point deadline) override;
   // shutdown(2) of both directions: wakes a send or recv blocked in poll.
   void close() override;

@@ -189,6 +189,11 @@ void encode(const Hello& h, std::vector<uint8_t>& out) {
 }
 
 void encode(const Request& r, std::vector<uint8_t>& out) {
+  encode_head(r, out);
+  if (r.kind == OpKind::Write) put_bytes(out, r.payload, r.len);
+}
+
+void encode_head(const Request& r, std::vector<uint8_t>& out) {
   const bool write = r.kind == OpKind::Write;
   assert(r.from_qpn <= 0xffffff && r.to_qpn <= 0xffffff);
   assert(r.kind == OpKind::FetchAdd || r.kind == OpKind::CompareSwap ? r.len == 8 : r.len <= kMaxChunk);
@@ -209,10 +214,14 @@ void encode(const Request& r, std::vector<uint8_t>& out) {
   put8(out, static_cast<uint8_t>(r.kind));
   put8(out, r.flags);
   for (int i = 0; i < 2; ++i) put8(out, 0);
-  if (write) put_bytes(out, r.payload, r.len);
 }
 
 void encode(const Response& r, std::vector<uint8_t>& out) {
+  encode_head(r, out);
+  put_bytes(out, r.payload, r.len);
+}
+
+void encode_head(const Response& r, std::vector<uint8_t>& out) {
   assert(r.why.size() <= kMaxWhy && r.len <= kMaxChunk && (r.len == 0 || r.payload));
   assert(r.syndrome ? r.len == 0 : r.why.empty());
   put_header(out, FrameType::Response, kResponseFixed + r.why.size() + r.len);
@@ -224,7 +233,6 @@ void encode(const Response& r, std::vector<uint8_t>& out) {
   put16(out, static_cast<uint16_t>(r.why.size()));
   put32(out, 0);
   put_bytes(out, r.why.data(), r.why.size());
-  put_bytes(out, r.payload, r.len);
 }
 
 bool frame_body_len(const uint8_t* hdr, size_t max_frame, uint32_t* body_len, std::string* why) {

@@ -122,6 +122,11 @@ struct Frame {
 void encode(const Hello& h, std::vector<uint8_t>& out);
 void encode(const Request& r, std::vector<uint8_t>& out);
 void encode(const Response& r, std::vector<uint8_t>& out);
+// A frame without its payload bytes (a WRITE Request's, a READ Response's;
+// the header still counts them): for Link::send_parts(head, payload), which
+// sends the payload from where it is.
+void encode_head(const Request& r, std::vector<uint8_t>& out);
+void encode_head(const Response& r, std::vector<uint8_t>& out);
 
 // Body length announced by a frame header (the first kHeaderBytes bytes of
 // `hdr`), so a reader knows how much to read; "" in *why on success. Fails on

@@ -477,6 +477,36 @@ struct LinkPair {
 };
 }  // namespace
 
+// send_parts writes the two pieces as one byte stream, through partial
+// writes that stop inside either piece (a 4 KiB send buffer, a slow reader).
+TEST(FabricTcpLink, SendPartsWritesBothPiecesInOrderThroughPartialWrites) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  const int small = 4096;
+  ASSERT_EQ(::setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+  fab::TcpLink link(kinet::bs::Fd(sv[0]), "tcp far-end");
+  std::vector<uint8_t> head(20000), body(300000);
+  for (size_t i = 0; i < head.size(); ++i) head[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<uint8_t>(i * 13 + 5);
+  std::vector<uint8_t> got;
+  std::thread reader([&] {
+    uint8_t b[1000];
+    for (int reads = 1; got.size() < head.size() + body.size(); ++reads) {
+      const ssize_t k = ::read(sv[1], b, sizeof b);
+      if (k <= 0) break;
+      got.insert(got.end(), b, b + k);
+      if (reads % 16 == 0) std::this_thread::sleep_for(1ms);  // let the sender's buffer fill up
+    }
+  });
+  link.send_parts(head.data(), head.size(), body.data(), body.size(), std::chrono::steady_clock::now() + 20s);
+  reader.join();
+  ::close(sv[1]);
+  std::vector<uint8_t> want = head;
+  want.insert(want.end(), body.begin(), body.end());
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "the bytes differ";
+}
+
 TEST(FabricTcpLink, AMalformedFrameIsTheReasonBothDirectionsReport) {
   LinkPair p;
   const std::vector<uint8_t> junk(64, 0xff);

@@ -227,6 +227,29 @@ TEST(ShmLink, KillNineUnblocksASenderOnAFullRing) {
 }
 
 // ---- one process, two ends ------------------------------------------------------
+// send_parts: the frame in two pieces arrives as the one frame, also when
+// the second piece wraps the ring, and a header part shorter than a header
+// is refused as send() refuses a short frame.
+TEST(ShmLink, SendPartsArrivesAsTheJoinedFrame) {
+  Pair p = connect_pair();
+  Bytes got;
+  uint32_t seed = 100;
+  // Offsets walk around the ring, so some bodies wrap it.
+  for (size_t n : {size_t{16}, size_t{17}, size_t{4096 + 40}, kShmMinRing / 3, kShmMinRing / 2 + 7}) {
+    for (size_t head : {size_t{16}, size_t{40}}) {
+      if (head > n) continue;
+      const Bytes f = frame(n, ++seed);
+      p.connected->send_parts(f.data(), head, f.data() + head, n - head, in(10s));
+      ASSERT_TRUE(p.accepted->recv(got, in(10s)));
+      ASSERT_EQ(got, f) << n << " bytes, header part " << head;
+    }
+  }
+  const Bytes f = frame(64, 7);
+  const std::string e =
+      system_error([&] { p.connected->send_parts(f.data(), 8, f.data() + 8, 56, in(1s)); }, ErrorCode::InvalidArgument);
+  EXPECT_NE(e.find(": a frame's first part of 8 bytes: it must hold the whole 16-byte header"), std::string::npos) << e;
+}
+
 TEST(ShmLink, FullRingTimesOutWithTheDocumentedMessage) {
   Pair p = connect_pair();
   const Bytes big = frame(65536, 3), small = frame(16, 4);
