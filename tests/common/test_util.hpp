@@ -99,6 +99,19 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // Case-insensitive: does `text` contain any of `words`?
 bool mentions_any(const std::string& text, std::initializer_list<const char*> words);
 
+// Runs f, which must throw kinet::Error with `code` (a failure otherwise);
+// returns the message ("" when nothing threw).
+template <class F> std::string error_of(F&& f, ErrorCode code) {
+  try {
+    f();
+  } catch (const kinet::Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no kinet::Error thrown";
+  return "";
+}
+
 // Runs f, which must throw kinet::Error with `code` and a message containing
 // `part` (a failure otherwise); returns the message ("" when nothing threw).
 template <class F> std::string expect_error(F&& f, ErrorCode code, const std::string& part) {

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.hpp"
 #include "emu_fixture.hpp"
 #include "kinet/kinet.hpp"
 #include "providers/emu/devx_nic.hpp"
@@ -30,17 +31,6 @@ using namespace kinet::test;
 
 constexpr Sharing S = Sharing::Exclusive;
 
-// Runs f, which must throw kinet::Error with `code`; returns its message.
-template <class F> std::string error_of(F&& f, ErrorCode code) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no kinet::Error thrown";
-  return {};
-}
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // ---- the DevX entry point alone ------------------------------------------------------

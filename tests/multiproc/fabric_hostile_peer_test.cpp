@@ -25,6 +25,7 @@
 #include "fabric/tcp_link.hpp"
 #include "fabric/wire.hpp"
 #include "kinet/kinet.hpp"
+#include "test_util.hpp"
 
 namespace {
 namespace dev = kinet::dev;
@@ -454,24 +455,13 @@ struct LinkPair {
     far = sv[1];
   }
   ~LinkPair() { ::close(far); }
-  // The message of the error `f` throws, or "" (a failure) when it throws none.
-  template <class F> static std::string error_of(F&& f, kinet::ErrorCode code) {
-    try {
-      f();
-    } catch (const kinet::Error& e) {
-      EXPECT_EQ(e.code(), code) << e.what();
-      return e.what();
-    }
-    ADD_FAILURE() << "no error";
-    return "";
-  }
   std::string recv_error(kinet::ErrorCode code = kinet::ErrorCode::System) {
     std::vector<uint8_t> out;
-    return error_of([&] { link->recv(out, std::chrono::steady_clock::now() + 2s); }, code);
+    return kinet::test::error_of([&] { link->recv(out, std::chrono::steady_clock::now() + 2s); }, code);
   }
   std::string send_error() {
     const std::vector<uint8_t> frame(fab::kHeaderBytes, 0);
-    return error_of([&] { link->send(frame.data(), frame.size(), std::chrono::steady_clock::now() + 2s); },
+    return kinet::test::error_of([&] { link->send(frame.data(), frame.size(), std::chrono::steady_clock::now() + 2s); },
                     kinet::ErrorCode::System);
   }
 };

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "test_util.hpp"
 #include "providers/doca/device.hpp"
 #include "stub.h"
 #include "../doca_stub/stub_dir.hpp"
@@ -23,6 +24,7 @@ using kinet::ErrorCode;
 using kinet::QpState;
 using kinet::doca::Sdk;
 
+using kinet::test::error_of;
 using kinet::test::kStubs;
 
 // The stand-in library's record of what it was asked (stub.h), zeroed.
@@ -51,16 +53,6 @@ struct Stubbed {
   bool ok() const { return sdk && common && verbs; }
 };
 
-template <class F> std::string error_of(F&& f, ErrorCode want) {
-  try {
-    f();
-  } catch (const kinet::Error& e) {
-    EXPECT_EQ(e.code(), want) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no kinet::Error";
-  return {};
-}
 
 TEST(DocaSdkDevice, CompleteSdkMakesEveryObjectAndTheHandleComesFromIt) {
   Stubbed st("complete");
