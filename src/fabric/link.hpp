@@ -26,12 +26,15 @@ using Clock = std::chrono::steady_clock;
 class Link {
  public:
   virtual ~Link() = default;
-  // Sends one whole encoded frame (header included). Blocks while the peer
+  // Sends one whole encoded frame (header included), or several back to back
+  // (at most wire.hpp's kMaxFrame bytes in all: a shm link's ring holds that
+  // much at least); the receiver takes them one by one. Blocks while the peer
   // does not drain (flow control), until `deadline`, then throws the timeout
   // form. Throws "peer lost" when the link is gone.
   void send(const uint8_t* frame, size_t n, Clock::time_point deadline) { send_parts(frame, n, nullptr, 0, deadline); }
-  // send() of the frame whose bytes are head[0, n1) then body[0, n2), without
-  // joining them first: a WRITE's payload leaves from where it was read.
+  // send() of the bytes head[0, n1) then body[0, n2) (the last frame's
+  // payload), without joining them: a WRITE's payload leaves from where it
+  // was read.
   virtual void send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2,
                           Clock::time_point deadline) = 0;
   // Receives the next whole frame into `out` (resized to it). Returns false

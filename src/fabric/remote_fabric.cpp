@@ -24,10 +24,6 @@ using fabric::Clock;
 using namespace std::chrono_literals;
 
 namespace {
-// WRITE payloads from this size on are sent in place (send_parts); smaller
-// ones cost less joined to their header. READ answers: see serve().
-constexpr uint64_t kGatherBytes = 4096;
-
 uint64_t random64() {
   uint64_t v = 0;
   uint8_t* p = reinterpret_cast<uint8_t*>(&v);
@@ -117,19 +113,34 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
     c->later = rq.flags & fabric::kAckLater;
     pending_[rq.seq] = c;
   }
-  buf_.clear();
   // A large WRITE's payload goes from where the engine read it: one copy
-  // fewer per byte than joining it to the header.
-  const bool gather = rq.kind == fabric::OpKind::Write && rq.len >= kGatherBytes;
-  if (gather) fabric::encode_head(rq, buf_);
-  else fabric::encode(rq, buf_);
-  try {
-    link_->send_parts(buf_.data(), buf_.size(), gather ? rq.payload : nullptr, gather ? rq.len : 0,
-                      Clock::now() + std::chrono::milliseconds(timeout_ms_));
-  } catch (const Error& e) {
-    fail(reason(link_->peer_name(), e.what()));  // completes `c` with the others
+  // fewer per byte than joining it to the header; it leaves now, with the
+  // Requests queued before it (the engine reuses the payload's buffer).
+  if (rq.kind == fabric::OpKind::Write && rq.len >= kGatherBytes) {
+    // One send carries at most kMaxFrame bytes (a shm link's limit).
+    if (!buf_.empty() && buf_.size() + fabric::kHeaderBytes + fabric::kRequestFixed + rq.len > fabric::kMaxFrame)
+      send_locked(nullptr, 0);
+    fabric::encode_head(rq, buf_);
+    send_locked(rq.payload, rq.len);
+    return c;
   }
+  fabric::encode(rq, buf_);
+  if (buf_.size() >= kSendBatchBytes) send_locked(nullptr, 0);
   return c;
+}
+
+void RemotePeer::flush() {
+  std::lock_guard<std::mutex> s(send_mu_);
+  if (!buf_.empty()) send_locked(nullptr, 0);
+}
+
+void RemotePeer::send_locked(const uint8_t* body, size_t n) {
+  try {
+    link_->send_parts(buf_.data(), buf_.size(), body, n, Clock::now() + std::chrono::milliseconds(timeout_ms_));
+  } catch (const Error& e) {
+    fail(reason(link_->peer_name(), e.what()));  // completes the queued Calls with the others
+  }
+  buf_.clear();
 }
 
 void RemotePeer::fail(const std::string& why) {

@@ -70,10 +70,24 @@ class RemotePeer {
   RemotePeer(std::unique_ptr<fabric::Link> link, std::string endpoint, uint64_t timeout_ms);
   ~RemotePeer();  // closes the link, joins the receiver
   RemotePeer(const RemotePeer&) = delete;
-  // Sends `rq` (its seq is assigned here) and returns its Call. Never throws
-  // on a link fault: the Call then comes back done and lost. May block up to
-  // the peer timeout while the peer does not read.
+  // Queues `rq` (its seq is assigned here) and returns its Call. Requests
+  // leave in batches, one send(2) for all queued so far: at flush(), when the
+  // queue reaches kSendBatchBytes, and with a WRITE whose payload is sent in
+  // place (kGatherBytes or more: `rq.payload` is read before start returns).
+  // Every caller flush()es before it waits for an answer or lets go of the
+  // QP (the engine: at the end of each pass), so nothing queued waits for a
+  // later caller. Never throws on a link fault: the Call then comes back done
+  // and lost. May block up to the peer timeout while the peer does not read.
   std::shared_ptr<Call> start(fabric::Request rq);
+  // Sends what start() queued (nothing: no syscall). Never throws.
+  void flush();
+  // A queue this size or larger leaves at once.
+  static constexpr size_t kSendBatchBytes = 64 * 1024;
+  // WRITE payloads from this size on leave in place (Link::send_parts), with
+  // the queue; smaller ones are copied into the queue, a copy that costs less
+  // than a send(2) per Request (write_bw at 4 KiB with a doorbell per 32
+  // WQEs: docs/PERFORMANCE.md section 4).
+  static constexpr uint64_t kGatherBytes = 16 * 1024;
   const std::string& endpoint() const { return endpoint_; }
   bool lost() const { return lost_.load(std::memory_order_acquire); }
   // Loses the peer (if not yet): pending Calls complete lost with `why`.
@@ -89,7 +103,10 @@ class RemotePeer {
   std::atomic<bool> lost_{false};
   std::mutex send_mu_;  // one sender at a time; guards seq_ and buf_
   uint64_t seq_ = 0;
-  std::vector<uint8_t> buf_;
+  std::vector<uint8_t> buf_;  // encoded Requests queued by start(), not yet sent
+  // Sends buf_ (then `body`, the payload of its last frame, when not null)
+  // and empties it; a link fault loses the peer. Caller holds send_mu_.
+  void send_locked(const uint8_t* body, size_t n);
   std::mutex mu_;  // guards pending_ and why_
   std::map<uint64_t, std::shared_ptr<Call>> pending_;  // by seq: the oldest first
   std::string why_;

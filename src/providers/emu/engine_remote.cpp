@@ -10,7 +10,17 @@ namespace kinet::emu::engine {
 
 // One pass over a QP whose peer is in another process (see the top of
 // engine.cpp). Returns true if anything happened. Caller holds qp.exec_mu.
+// The Requests a pass starts leave together when it ends (RemotePeer::start:
+// one send(2) for all the WQEs one doorbell announced, not one per WQE).
 bool QpRunner::step_remote() {
+  struct FlushAtEnd {
+    RemotePeer& peer;
+    ~FlushAtEnd() { peer.flush(); }
+  } flush_at_end{*qp_.peer};
+  return pass_remote();
+}
+
+bool QpRunner::pass_remote() {
   bool work = take_doorbell();
   for (;;) {
     if (state() == QpState::Error) {

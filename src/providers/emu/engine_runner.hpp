@@ -93,6 +93,7 @@ class QpRunner {
   // One pass over a QP whose peer is in another process (engine_remote.cpp).
   // Returns true if anything happened. Caller holds qp.exec_mu.
   bool step_remote();
+  bool pass_remote();  // step_remote's pass, without the flush at its end
 
   // Teardown: everything announced and not completed gets a flush CQE (as far
   // as the CQ has room); nothing is executed.

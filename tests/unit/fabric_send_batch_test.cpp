@@ -1,0 +1,180 @@
+// The requester's send batching (RemotePeer::start / flush): Requests queue
+// until flush(), a full queue or an in-place WRITE; they leave in order, in as
+// few sends as that allows, no send larger than kMaxFrame; a send that fails
+// completes every queued Call as lost. Driven through a Link that records
+// each send_parts call (no socket, no responder).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fabric/remote_fabric.hpp"
+#include "fabric/wire.hpp"
+#include "kinet/kinet.hpp"
+
+namespace {
+namespace fab = kinet::fabric;
+using kinet::emu::Call;
+using kinet::emu::RemotePeer;
+using namespace std::chrono_literals;
+
+class RecordingLink final : public fab::Link {
+ public:
+  void send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2, fab::Clock::time_point) override {
+    std::lock_guard<std::mutex> g(mu_);
+    if (fail_sends_) throw kinet::Error(kinet::ErrorCode::System, name_ + " peer lost: cable pulled");
+    std::vector<uint8_t> b(head, head + n1);
+    if (n2) b.insert(b.end(), body, body + n2);
+    sends_.push_back(std::move(b));
+  }
+  bool recv(std::vector<uint8_t>&, fab::Clock::time_point deadline) override {
+    while (fab::Clock::now() < deadline) {  // nothing ever comes; end soon after close()
+      if (closed_.load()) throw kinet::Error(kinet::ErrorCode::System, name_ + " peer lost: the link was closed");
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  }
+  void close() override { closed_.store(true); }
+  const std::string& peer_name() const override { return name_; }
+
+  std::vector<std::vector<uint8_t>> sends() {
+    std::lock_guard<std::mutex> g(mu_);
+    return sends_;
+  }
+  void fail_sends() {
+    std::lock_guard<std::mutex> g(mu_);
+    fail_sends_ = true;
+  }
+
+ private:
+  std::string name_ = "recording";
+  std::mutex mu_;
+  std::vector<std::vector<uint8_t>> sends_;
+  bool fail_sends_ = false;
+  std::atomic<bool> closed_{false};
+};
+
+struct Rig {
+  RecordingLink* link;
+  std::unique_ptr<RemotePeer> peer;
+  std::vector<uint8_t> payload = std::vector<uint8_t>(fab::kMaxChunk);
+  Rig() {
+    auto l = std::make_unique<RecordingLink>();
+    link = l.get();
+    peer = std::make_unique<RemotePeer>(std::move(l), "tcp 192.0.2.1:1", 10000);
+    for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7 + 3);
+  }
+  std::shared_ptr<Call> write(uint64_t len) {
+    fab::Request rq;
+    rq.from_node = 1;
+    rq.to_node = 2;
+    rq.from_qpn = 3;
+    rq.to_qpn = 4;
+    rq.kind = fab::OpKind::Write;
+    rq.raddr = 0x1000;
+    rq.rkey = 5;
+    rq.len = len;
+    rq.payload = payload.data();
+    return peer->start(rq);
+  }
+};
+
+// The frames of one send, decoded in order (each Request's seq and length).
+std::vector<fab::Request> frames(const std::vector<uint8_t>& b) {
+  std::vector<fab::Request> out;
+  size_t off = 0;
+  while (off < b.size()) {
+    uint32_t body = 0;
+    std::string why;
+    EXPECT_TRUE(fab::frame_body_len(b.data() + off, fab::kMaxFrame, &body, &why)) << why;
+    const size_t n = fab::kHeaderBytes + body;
+    EXPECT_LE(off + n, b.size()) << "a frame runs past the end of its send";
+    fab::Frame f;
+    EXPECT_TRUE(fab::decode(b.data() + off, n, &f, &why)) << why;
+    EXPECT_EQ(f.type, fab::FrameType::Request);
+    out.push_back(f.request);
+    off += n;
+  }
+  return out;
+}
+}  // namespace
+
+TEST(FabricSendBatch, QueuedRequestsLeaveTogetherAtFlush) {
+  Rig r;
+  for (int i = 0; i < 3; ++i) r.write(64 + i);
+  EXPECT_TRUE(r.link->sends().empty()) << "a Request left before flush()";
+  r.peer->flush();
+  const auto s = r.link->sends();
+  ASSERT_EQ(s.size(), 1u);
+  const auto f = frames(s[0]);
+  ASSERT_EQ(f.size(), 3u);
+  for (size_t i = 0; i < f.size(); ++i) {
+    EXPECT_EQ(f[i].seq, i + 1);
+    EXPECT_EQ(f[i].len, 64 + i);
+    EXPECT_EQ(std::vector<uint8_t>(f[i].payload, f[i].payload + f[i].len),
+              std::vector<uint8_t>(r.payload.begin(), r.payload.begin() + 64 + i));
+  }
+  r.peer->flush();  // nothing queued: no send
+  EXPECT_EQ(r.link->sends().size(), 1u);
+}
+
+TEST(FabricSendBatch, AnInPlaceWriteTakesTheQueueAlong) {
+  Rig r;
+  r.write(100);
+  r.write(RemotePeer::kGatherBytes - 1);  // still copied into the queue
+  EXPECT_TRUE(r.link->sends().empty());
+  r.write(RemotePeer::kGatherBytes);  // leaves now, after the two before it
+  const auto s = r.link->sends();
+  ASSERT_EQ(s.size(), 1u);
+  const auto f = frames(s[0]);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[2].seq, 3u);
+  EXPECT_EQ(f[2].len, RemotePeer::kGatherBytes);
+  EXPECT_EQ(std::vector<uint8_t>(f[2].payload, f[2].payload + f[2].len),
+            std::vector<uint8_t>(r.payload.begin(), r.payload.begin() + RemotePeer::kGatherBytes));
+}
+
+TEST(FabricSendBatch, AFullQueueLeavesAndNoSendExceedsAFrame) {
+  Rig r;
+  const uint64_t len = 4000;
+  const size_t per = fab::kHeaderBytes + fab::kRequestFixed + len;
+  const size_t n = RemotePeer::kSendBatchBytes / per + 1;  // the last one fills the queue
+  for (size_t i = 0; i < n; ++i) r.write(len);
+  auto s = r.link->sends();
+  ASSERT_EQ(s.size(), 1u) << "the queue reached kSendBatchBytes without leaving";
+  EXPECT_EQ(frames(s[0]).size(), n);
+  // A queue, then a WRITE of a whole chunk: together over kMaxFrame, so the
+  // queue goes first, on its own.
+  r.write(len);
+  r.write(fab::kMaxChunk);
+  s = r.link->sends();
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(frames(s[1]).size(), 1u);
+  const auto big = frames(s[2]);
+  ASSERT_EQ(big.size(), 1u);
+  EXPECT_EQ(big[0].len, fab::kMaxChunk);
+  EXPECT_EQ(big[0].seq, n + 2);
+  for (const auto& b : s) EXPECT_LE(b.size(), fab::kMaxFrame);
+}
+
+TEST(FabricSendBatch, AFailedSendLosesEveryQueuedCall) {
+  Rig r;
+  auto a = r.write(64), b = r.write(64);
+  EXPECT_FALSE(a->done.load());
+  r.link->fail_sends();
+  r.peer->flush();
+  for (const auto& c : {a, b}) {
+    ASSERT_TRUE(c->done.load());
+    EXPECT_TRUE(c->lost);
+    EXPECT_NE(c->why.find("cable pulled"), std::string::npos) << c->why;
+  }
+  EXPECT_TRUE(r.peer->lost());
+  auto later = r.write(64);  // after the loss: done and lost at once, nothing queued
+  EXPECT_TRUE(later->done.load() && later->lost);
+  r.peer->flush();
+  EXPECT_TRUE(r.link->sends().empty());
+}
