@@ -165,14 +165,17 @@ class HostRunner final : public Runner {
               std::string(tname) + ": waiting for a completion on QP " + std::to_string(q));
         qr.done = count;
       }
-      const uint32_t flags = ((qr.posted + 1) % sig_every == 0) ? dev::kSignal : 0u;
+      // The doorbell once per post list (perftest's --post_list); a wait for
+      // ring space or a completion rings what the list left unannounced.
+      const uint32_t flags = (((qr.posted + 1) % sig_every == 0) ? dev::kSignal : 0u) |
+                             (((qr.posted + 1) % tc.post_list != 0) ? dev::kNoDoorbell : 0u);
       dev::Ticket t;
       const Status st =
           read ? dev::get<kX>(qr.h, c.rx(q), c.lkey(), s.addr(s.tx(q)), s.rkey(), n, flags, &t)
                : dev::put<kX>(qr.h, c.tx(q), c.lkey(), s.addr(s.rx(q)), s.rkey(), n, flags, &t);
       if (st != Status::Ok) check(st, *qr.qp, std::string(tname) + ": posting on QP " + std::to_string(q));
       ++qr.posted;
-      if (flags) qr.signaled.emplace_back(t.idx, qr.posted);
+      if (flags & dev::kSignal) qr.signaled.emplace_back(t.idx, qr.posted);
     };
     auto drain = [&] {
       for (uint32_t q = 0; q < tc.qps; ++q) {

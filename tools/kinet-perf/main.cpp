@@ -71,6 +71,7 @@ std::vector<kp::TestCase> plan_cases(const kp::Options& opt, kp::LatMode lat_mod
       tc.qps = kp::is_latency(k) ? 1 : opt.qps;
       tc.tx_depth = kp::is_latency(k) ? 1 : opt.tx_depth;
       tc.signal_every = kp::is_latency(k) ? 1 : (opt.signal_every ? opt.signal_every : std::max(1u, opt.tx_depth / 4));
+      tc.post_list = kp::is_latency(k) ? 1 : opt.post_list;
       tc.warmup = warmup_for(opt, tc);
       tc.use_inline = k == kp::TestKind::WriteLat && opt.inline_small && size <= kinet::mlx5::kMaxInlineOneBB;
       tc.lat_mode = lat_mode;

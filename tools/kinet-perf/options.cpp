@@ -112,6 +112,11 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--signal-every", o.signal_every,
                  "bandwidth tests: request a completion every N operations (default tx-depth/4)")
       ->check(CLI::Range(1u, 32768u));
+  auto* o_post_list =
+      app.add_option("-l,--post-list", o.post_list,
+                     "bandwidth tests, host posters: ring the doorbell once per N operations, as perftest's "
+                     "--post_list posts a list of N (default 1: a doorbell per operation)")
+          ->check(CLI::Range(1u, 32768u));
   app.add_option("-q,--qps", o.qps, "bandwidth tests: QPs per side, used round-robin (default 1)")
       ->check(CLI::Range(1u, 256u));
   app.add_flag("--no-inline", no_inline, "write_lat: never inline payloads (default: inline up to 28 B)");
@@ -225,6 +230,9 @@ Options parse_options(int argc, char** argv) {
 
   if (o.signal_every > o.tx_depth) usage_error(argv0, "--signal-every must be <= --tx-depth");
   if (gpu_threads_given && !o.gpu) usage_error(argv0, "--gpu-threads needs --gpu");
+  if (o_post_list->count() && o.gpu)
+    usage_error(argv0, "--post-list is for host posters (with --gpu, --gpu-threads posts batches)");
+  if (o.post_list > o.tx_depth) usage_error(argv0, "--post-list must be <= --tx-depth");
   if (o_rings->count() && o.gpu_rings && !o.gpu) usage_error(argv0, "--rings gpu needs --gpu (host threads post to rings in host memory)");
   if (o.gpu && lat_mode_given)
     usage_error(argv0, "--lat-mode is for host threads (--gpu runs one kernel per endpoint)");

@@ -26,6 +26,7 @@ struct Options {
   int64_t warmup = -1;            // -1 = default per test
   uint32_t tx_depth = 128;        // bw: operations in flight per QP
   uint32_t signal_every = 0;      // bw: request a completion every N operations; 0 = auto
+  uint32_t post_list = 1;         // bw: host posters ring the doorbell once per N operations
   uint32_t qps = 1;               // bw tests: QPs per side (latency tests use the first)
   bool inline_small = true;       // write_lat: inline payloads of <= 28 B
   LatMode lat_mode = LatMode::Auto;

@@ -100,8 +100,8 @@ void print_header(const RunInfo& info, const TestCase& tc, const std::string& ru
       std::printf(" Reported        : full round trip (usec), 8-byte FETCH_AND_ADD\n");
       break;
     default:
-      std::printf(" TX depth        : %-13u CQ moderation   : %u (SQ depth %u)\n", tc.tx_depth, tc.signal_every,
-                  info.sq_depth);
+      std::printf(" TX depth        : %-13u CQ moderation   : %u (SQ depth %u)   Post list: %u\n", tc.tx_depth,
+                  tc.signal_every, info.sq_depth, tc.post_list);
       std::printf(" Reported        : MB = 2^20 bytes, MsgRate in Mpps\n");
       break;
   }
@@ -197,6 +197,7 @@ nlohmann::ordered_json json_result(const Result& r) {
     x["qps"] = tc.qps;
     x["tx_depth"] = tc.tx_depth;
     x["signal_every"] = tc.signal_every;
+    x["post_list"] = tc.post_list;
     x["seconds"] = num(r.seconds);
     x["bytes"] = r.bytes;
     x["bw_MB_per_s"] = num(b.mb_per_s);

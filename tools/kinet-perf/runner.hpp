@@ -35,6 +35,7 @@ struct TestCase {
   uint64_t warmup = 0;       // unmeasured, before the measured ones
   uint32_t tx_depth = 128;   // bw: in flight per QP
   uint32_t signal_every = 32;
+  uint32_t post_list = 1;    // bw, host posters: one doorbell per this many operations (perftest's --post_list)
   uint32_t qps = 1;          // bw: QPs used round-robin
   bool use_inline = false;   // write_lat: payload inside the WQE
   LatMode lat_mode = LatMode::TwoThreads;  // resolved (never Auto)

@@ -60,8 +60,10 @@ class Waiter {
     }
     return true;
   }
-  // dev::wait() for a signalled ticket, with backoff. Bounded like it.
+  // dev::wait() for a signalled ticket, with backoff. Bounded like it. Like
+  // wait(), it first rings what was posted with kNoDoorbell (--post-list).
   Status ticket(const dev::QpHandle& h, dev::Ticket t) const {
+    if (const Status st = dev::ring_doorbell<dev::Sharing::Exclusive>(h, t.idx + 1); st != Status::Ok) return st;
     const uint64_t deadline = now_ns() + h.timeout_ns;
     for (uint64_t k = 1;; ++k) {
       const Status st = dev::test<dev::Sharing::Exclusive>(h, t);

@@ -191,13 +191,16 @@ Result client_kinet(Side& s, Ctl& ctl, const WirePlan& plan, uint32_t ci, const 
         check(w.ticket(qr.h, dev::Ticket{tk}), *qr.qp, std::string(tname) + ": waiting for a completion");
         qr.done = count;
       }
-      const uint32_t flags = ((qr.posted + 1) % sig == 0) ? dev::kSignal : 0u;
+      // The doorbell once per post list (perftest's --post_list); a wait for
+      // ring space or a completion rings what the list left unannounced.
+      const uint32_t flags = (((qr.posted + 1) % sig == 0) ? dev::kSignal : 0u) |
+                             (((qr.posted + 1) % tc.post_list != 0) ? dev::kNoDoorbell : 0u);
       dev::Ticket t;
       const Status st = read ? dev::get<kX>(qr.h, s.ep.rx(q), s.ep.lkey(), s.peer.tx(q), s.peer.key(), n, flags, &t)
                              : dev::put<kX>(qr.h, s.ep.tx(q), s.ep.lkey(), s.peer.rx(q), s.peer.key(), n, flags, &t);
       if (st != Status::Ok) check(st, *qr.qp, std::string(tname) + ": posting on QP " + std::to_string(q));
       ++qr.posted;
-      if (flags) qr.signaled.emplace_back(t.idx, qr.posted);
+      if (flags & dev::kSignal) qr.signaled.emplace_back(t.idx, qr.posted);
     };
     auto drain = [&] {
       for (auto& qr : runs) {

@@ -46,8 +46,8 @@ void print_x_header(const RunInfo& info, const TestCase& tc, const std::string& 
       std::printf(" Reported        : full round trip (usec), 8-byte FETCH_AND_ADD; TCP: 8-byte ping-pong\n");
       break;
     default:
-      std::printf(" TX depth        : %-13u CQ moderation   : %u (SQ depth %u)   QPs: %u\n", tc.tx_depth,
-                  tc.signal_every, info.sq_depth, tc.qps);
+      std::printf(" TX depth        : %-13u CQ moderation   : %u (SQ depth %u)   QPs: %u   Post list: %u\n",
+                  tc.tx_depth, tc.signal_every, info.sq_depth, tc.qps, tc.post_list);
       std::printf(" Reported        : MB = 2^20 bytes, MsgRate in Mpps; TCP: one-way stream, one send() per message\n");
       break;
   }
