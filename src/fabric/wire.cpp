@@ -12,27 +12,49 @@
 namespace kinet::fabric {
 namespace {
 
-void put8(std::vector<uint8_t>& o, uint8_t v) { o.push_back(v); }
-void put16(std::vector<uint8_t>& o, uint16_t v) {
-  for (int i = 0; i < 2; ++i) o.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put32(std::vector<uint8_t>& o, uint32_t v) {
-  for (int i = 0; i < 4; ++i) o.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put64(std::vector<uint8_t>& o, uint64_t v) {
-  for (int i = 0; i < 8; ++i) o.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
+// Fixed fields are written in place: one resize per frame, then plain
+// little-endian stores (a push_back per byte, with its capacity check, was
+// a visible share of a small Request's cost).
+class Put {
+ public:
+  Put(std::vector<uint8_t>& o, size_t n) : o_(o), at_(o.size()) {
+    o.resize(at_ + n);
+    p_ = o.data() + at_;
+  }
+  ~Put() { assert(p_ == o_.data() + o_.size()); }  // every reserved byte written
+  void u8(uint8_t v) { *p_++ = v; }
+  void u16(uint16_t v) { le(v); }
+  void u32(uint32_t v) { le(v); }
+  void u64(uint64_t v) { le(v); }
+  void zeros(size_t n) {
+    std::memset(p_, 0, n);
+    p_ += n;
+  }
+  void bytes(const void* src, size_t n) {
+    if (n) std::memcpy(p_, src, n);
+    p_ += n;
+  }
+
+ private:
+  template <class T> void le(T v) {
+    for (size_t i = 0; i < sizeof(T); ++i) p_[i] = static_cast<uint8_t>(v >> (8 * i));
+    p_ += sizeof(T);
+  }
+  std::vector<uint8_t>& o_;
+  size_t at_;
+  uint8_t* p_;
+};
 void put_bytes(std::vector<uint8_t>& o, const void* p, size_t n) {
   if (n) o.insert(o.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
 }
-void put_header(std::vector<uint8_t>& o, FrameType t, uint64_t body_len) {
+void put_header(Put& o, FrameType t, uint64_t body_len) {
   assert(body_len <= kMaxFrame - kHeaderBytes);
-  put32(o, kMagic);
-  put8(o, kVersion);
-  put8(o, static_cast<uint8_t>(t));
-  put16(o, 0);
-  put32(o, static_cast<uint32_t>(body_len));
-  put32(o, 0);
+  o.u32(kMagic);
+  o.u8(kVersion);
+  o.u8(static_cast<uint8_t>(t));
+  o.u16(0);
+  o.u32(static_cast<uint32_t>(body_len));
+  o.u32(0);
 }
 
 uint16_t ld16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
@@ -180,12 +202,13 @@ const char* op_kind_name(OpKind k) {
 
 void encode(const Hello& h, std::vector<uint8_t>& out) {
   assert(h.name.size() <= kMaxName && h.max_frame >= kMaxFrame && h.max_frame <= kMaxFrameCeiling);
-  put_header(out, FrameType::Hello, kHelloFixed + h.name.size());
-  put64(out, h.process_id);
-  put32(out, h.max_frame);
-  put16(out, static_cast<uint16_t>(h.name.size()));
-  put16(out, 0);
-  put_bytes(out, h.name.data(), h.name.size());
+  Put o(out, kHeaderBytes + kHelloFixed + h.name.size());
+  put_header(o, FrameType::Hello, kHelloFixed + h.name.size());
+  o.u64(h.process_id);
+  o.u32(h.max_frame);
+  o.u16(static_cast<uint16_t>(h.name.size()));
+  o.u16(0);
+  o.bytes(h.name.data(), h.name.size());
 }
 
 void encode(const Request& r, std::vector<uint8_t>& out) {
@@ -200,20 +223,21 @@ void encode_head(const Request& r, std::vector<uint8_t>& out) {
   assert(!write || r.len == 0 || r.payload);
   assert((r.flags & ~kAckLater) == 0 && (write || !r.flags));
   assert(r.kind != OpKind::Flush || (r.raddr == 0 && r.len == 0 && r.rkey == 0));
-  put_header(out, FrameType::Request, kRequestFixed + (write ? r.len : 0));
-  put64(out, r.seq);
-  put64(out, r.from_node);
-  put64(out, r.to_node);
-  put64(out, r.raddr);
-  put64(out, r.len);
-  put64(out, r.operand);
-  put64(out, r.compare);
-  put32(out, r.from_qpn);
-  put32(out, r.to_qpn);
-  put32(out, r.rkey);
-  put8(out, static_cast<uint8_t>(r.kind));
-  put8(out, r.flags);
-  for (int i = 0; i < 2; ++i) put8(out, 0);
+  Put o(out, kHeaderBytes + kRequestFixed);
+  put_header(o, FrameType::Request, kRequestFixed + (write ? r.len : 0));
+  o.u64(r.seq);
+  o.u64(r.from_node);
+  o.u64(r.to_node);
+  o.u64(r.raddr);
+  o.u64(r.len);
+  o.u64(r.operand);
+  o.u64(r.compare);
+  o.u32(r.from_qpn);
+  o.u32(r.to_qpn);
+  o.u32(r.rkey);
+  o.u8(static_cast<uint8_t>(r.kind));
+  o.u8(r.flags);
+  o.zeros(2);
 }
 
 void encode(const Response& r, std::vector<uint8_t>& out) {
@@ -224,15 +248,16 @@ void encode(const Response& r, std::vector<uint8_t>& out) {
 void encode_head(const Response& r, std::vector<uint8_t>& out) {
   assert(r.why.size() <= kMaxWhy && r.len <= kMaxChunk && (r.len == 0 || r.payload));
   assert(r.syndrome ? r.len == 0 : r.why.empty());
-  put_header(out, FrameType::Response, kResponseFixed + r.why.size() + r.len);
-  put64(out, r.seq);
-  put64(out, r.old_value);
-  put64(out, r.len);
-  put8(out, r.syndrome);
-  put8(out, 0);
-  put16(out, static_cast<uint16_t>(r.why.size()));
-  put32(out, 0);
-  put_bytes(out, r.why.data(), r.why.size());
+  Put o(out, kHeaderBytes + kResponseFixed + r.why.size());
+  put_header(o, FrameType::Response, kResponseFixed + r.why.size() + r.len);
+  o.u64(r.seq);
+  o.u64(r.old_value);
+  o.u64(r.len);
+  o.u8(r.syndrome);
+  o.u8(0);
+  o.u16(static_cast<uint16_t>(r.why.size()));
+  o.u32(0);
+  o.bytes(r.why.data(), r.why.size());
 }
 
 bool frame_body_len(const uint8_t* hdr, size_t max_frame, uint32_t* body_len, std::string* why) {
