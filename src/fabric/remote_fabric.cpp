@@ -97,7 +97,27 @@ RemotePeer::~RemotePeer() {
 }
 
 std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
-  auto c = std::make_shared<Call>();
+  std::shared_ptr<Call> c;
+  {
+    std::lock_guard<std::mutex> g(spare_mu_);
+    if (!spare_calls_.empty()) {
+      c = std::move(spare_calls_.back());
+      spare_calls_.pop_back();
+    }
+  }
+  if (c) {
+    Call& k = *c;  // as new (its frame went to spare_ when it was recycled)
+    k.done.store(false, std::memory_order_relaxed);
+    k.lost = false;
+    k.syndrome = 0;
+    k.why.clear();
+    k.old_value = 0;
+    k.frame.clear();
+    k.data = nullptr;
+    k.len = 0;
+  } else {
+    c = std::make_shared<Call>();
+  }
   std::lock_guard<std::mutex> s(send_mu_);
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -109,9 +129,10 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
       return c;
     }
     rq.seq = ++seq_;
+    c->seq = rq.seq;
     c->sent = Clock::now();
     c->later = rq.flags & fabric::kAckLater;
-    pending_[rq.seq] = c;
+    pending_.push_back(c);
   }
   // A large WRITE's payload goes from where the engine read it: one copy
   // fewer per byte than joining it to the header; it leaves now, with the
@@ -144,7 +165,7 @@ void RemotePeer::send_locked(const uint8_t* body, size_t n) {
 }
 
 void RemotePeer::fail(const std::string& why) {
-  std::map<uint64_t, std::shared_ptr<Call>> calls;
+  std::deque<std::shared_ptr<Call>> calls;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (lost_.load(std::memory_order_acquire)) return;
@@ -159,7 +180,7 @@ void RemotePeer::fail(const std::string& why) {
               calls.size());
   else
     KINET_LOG(Info, "emu fabric: link to %s closed: %s", endpoint_.c_str(), why.c_str());
-  for (auto& [seq, c] : calls) {
+  for (auto& c : calls) {
     c->lost = true;
     c->syndrome = prm::kSynTransportRetry;
     c->why = why;
@@ -167,11 +188,15 @@ void RemotePeer::fail(const std::string& why) {
   }
 }
 
-void RemotePeer::recycle(std::vector<uint8_t>&& frame) {
-  constexpr size_t kMaxSpare = 8;  // a few frames of at most kMaxFrame each
-  if (frame.capacity() == 0) return;
-  std::lock_guard<std::mutex> g(mu_);
-  if (spare_.size() < kMaxSpare) spare_.push_back(std::move(frame));
+void RemotePeer::recycle(std::shared_ptr<Call>&& c) {
+  constexpr size_t kMaxSpare = 8;          // a few frames of at most kMaxFrame each
+  constexpr size_t kMaxSpareCalls = 4096;  // a window's worth
+  if (!c) return;
+  std::lock_guard<std::mutex> g(spare_mu_);
+  if (c->frame.capacity() && spare_.size() < kMaxSpare) spare_.push_back(std::move(c->frame));
+  // The receiver may still hold it for a moment after `done`: then it goes.
+  if (c.use_count() == 1 && spare_calls_.size() < kMaxSpareCalls) spare_calls_.push_back(std::move(c));
+  c.reset();
 }
 
 void RemotePeer::receive() {
@@ -180,17 +205,20 @@ void RemotePeer::receive() {
   while (!stop_.load(std::memory_order_acquire) && !lost()) {
     const auto now = Clock::now();
     auto deadline = now + 100ms;
-    {
-      std::unique_lock<std::mutex> g(mu_);
-      if (buf.capacity() == 0 && !spare_.empty()) {  // the last frame went to a Call
+    if (buf.capacity() == 0) {  // the last frame went to a Call
+      std::lock_guard<std::mutex> g(spare_mu_);
+      if (!spare_.empty()) {
         buf.swap(spare_.back());
         spare_.pop_back();
       }
+    }
+    {
+      std::unique_lock<std::mutex> g(mu_);
       if (!pending_.empty()) {
         // A held answer may come up to the ack delay late (both sides read
         // the same variable); a later Request's answer brings the held ones
         // along, so the oldest pending Call bounds them all.
-        const Call& oldest = *pending_.begin()->second;
+        const Call& oldest = *pending_.front();
         const auto due = oldest.sent + bound +
                          (oldest.later ? RemoteFabric::ack_delay() : std::chrono::microseconds(0));
         if (due <= now) {
@@ -219,16 +247,24 @@ void RemotePeer::receive() {
       return;
     }
     std::shared_ptr<Call> c;
+    uint64_t oldest = 0, newest = 0;
     {
       std::lock_guard<std::mutex> g(mu_);
-      auto it = pending_.find(f.response.seq);
-      if (it != pending_.end()) {
-        c = std::move(it->second);
-        pending_.erase(it);
+      if (!pending_.empty()) {
+        oldest = pending_.front()->seq;
+        newest = pending_.back()->seq;
+        if (oldest == f.response.seq) {
+          c = std::move(pending_.front());
+          pending_.pop_front();
+        }
       }
     }
     if (!c) {
-      fail("answered request " + std::to_string(f.response.seq) + ", which is not pending");
+      const uint64_t seq = f.response.seq;
+      fail("answered request " + std::to_string(seq) +
+           (oldest && seq > oldest && seq <= newest
+                ? " before request " + std::to_string(oldest) + " (answers come in the order asked)"
+                : ", which is not pending"));
       return;
     }
     c->syndrome = f.response.syndrome;

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,7 @@ struct Nic;
 // One Request in flight, and its answer once `done` (read with acquire).
 struct Call {
   std::atomic<bool> done{false};
+  uint64_t seq = 0;           // the Request's
   bool lost = false;          // the link failed: `why` is the link's reason
   uint8_t syndrome = 0;
   std::string why;
@@ -92,9 +94,11 @@ class RemotePeer {
   bool lost() const { return lost_.load(std::memory_order_acquire); }
   // Loses the peer (if not yet): pending Calls complete lost with `why`.
   void fail(const std::string& why);
-  // Hands a taken Response's frame buffer back, so the receiver reuses it
-  // instead of allocating (and faulting in) a new one per READ answer.
-  void recycle(std::vector<uint8_t>&& frame);
+  // Hands a taken Call back (done, its answer read): its Response frame
+  // buffer is reused by the receiver (no allocation and page faults per READ
+  // answer) and the Call by start() (none per Request), when no one else
+  // holds it.
+  void recycle(std::shared_ptr<Call>&& c);
 
  private:
   std::unique_ptr<fabric::Link> link_;
@@ -108,9 +112,16 @@ class RemotePeer {
   // and empties it; a link fault loses the peer. Caller holds send_mu_.
   void send_locked(const uint8_t* body, size_t n);
   std::mutex mu_;  // guards pending_ and why_
-  std::map<uint64_t, std::shared_ptr<Call>> pending_;  // by seq: the oldest first
+  // In seq order: a responder answers in the order it was asked (held
+  // answers too), so an answer is always for the front.
+  std::deque<std::shared_ptr<Call>> pending_;
   std::string why_;
-  std::vector<std::vector<uint8_t>> spare_;  // recycled frame buffers (guarded by mu_)
+  // Recycled frame buffers and Calls, under a lock of their own: the poster
+  // takes and returns a Call per Request, and must not wake the receiver
+  // for it.
+  std::mutex spare_mu_;
+  std::vector<std::vector<uint8_t>> spare_;
+  std::vector<std::shared_ptr<Call>> spare_calls_;
   std::atomic<bool> stop_{false};
   std::thread rx_;
   void receive();

@@ -214,6 +214,32 @@ fab::Response ok_to(const fab::Request& rq) {
   return r;
 }
 
+// Answers come in the order the Requests went: a peer that answers the
+// second before the first is lost, and nothing lands.
+TEST(FabricHostilePeer, AnswersOutOfOrder) {
+  FakePeer fp([](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame a, b;
+    recv_frame(l, &a);
+    recv_frame(l, &b);
+    std::vector<uint8_t> out;
+    fab::encode(ok_to(b.request), out);
+    fab::encode(ok_to(a.request), out);
+    send(l, out);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kNoDoorbell),
+            Status::Ok);
+  EXPECT_EQ(r.read64(), Status::WrFlushed) << "behind the WRITE, which failed first";
+  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "answered request 2 before request 1 (answers come in "
+                                                           "the order asked)"),
+            std::string::npos)
+      << r.qp->last_error();
+  EXPECT_TRUE(r.untouched());
+}
+
 // Operations are pipelined: the peer sees all eight WRITEs of one doorbell
 // before it answers the first (a requester doing one round trip per WQE would
 // never send the second).

@@ -220,8 +220,7 @@ bool QpRunner::reap(InFlight& e) {
     } else if (e.w.opcode == prm::kRdmaRead || e.w.is_atomic()) {
       set_fault(e, land(e, c, a));
     }
-    if (!c.call->frame.empty()) qp_.peer->recycle(std::move(c.call->frame));
-    c.call.reset();
+    qp_.peer->recycle(std::move(c.call));  // its frame and itself, for reuse
     ++e.reaped;
     any = true;
   }
