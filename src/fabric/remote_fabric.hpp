@@ -4,12 +4,14 @@
 // says what "one host" means).
 //
 // What travels (fabric/wire.hpp): one Request per responder operation or
-// chunk of at most kMaxChunk bytes (WRITE carries its payload, copied from
-// the requester's memory when the request is sent; READ asks for bytes;
-// atomics carry their operands), one Response per Request (syndrome, reason,
-// READ data, the atomic's old value; the answers of unsignalled WRITEs may be
-// held back up to ack_delay() and sent together: wire.hpp, kAckLater; a
-// signalled NOP behind them sends a Flush to have them now). Where results
+// chunk of at most kMaxChunk bytes (WRITE carries its payload, read from the
+// requester's memory when the request is started; READ asks for bytes;
+// atomics carry their operands; a pass's Requests leave in one send:
+// RemotePeer::start), one Response per Request, in the order asked
+// (syndrome, reason, READ data, the atomic's old value; the answers of
+// unsignalled WRITEs may be held back up to ack_delay() and sent together:
+// wire.hpp, kAckLater; a signalled NOP behind them sends a Flush to have
+// them now). Where results
 // land: READ data and old values are written into the requester's memory by
 // its engine when the Response is taken, after re-checking the local key.
 //
