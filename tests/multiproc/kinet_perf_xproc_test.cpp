@@ -35,6 +35,30 @@ int server_port(Proc& p) {
   return -1;
 }
 
+// A --server on an ephemeral loopback port, and the port it named (-1:
+// it named none; its output then says why).
+struct Server {
+  Proc proc;
+  int port = -1;
+};
+Server start_server(const char* timeout_ms) {
+  Server s{kinet::test::spawn({KINET_PERF, "--server", "--port", "0", "--timeout-ms", timeout_ms},
+                              {"KINET_SOCKET_IFNAME==lo"})};
+  if (s.proc.pid > 0) s.port = server_port(s.proc);
+  return s;
+}
+
+// The benchmark polls its buffers while the NIC's threads copy into them (as
+// a CPU polls memory a NIC DMAs into); what orders them travels through the
+// other process, which ThreadSanitizer can't see: it reports races in the
+// benchmark's buffers. The fabric's own threads are covered by the fabric
+// tests under TSan.
+#if defined(__SANITIZE_THREAD__)
+#define SKIP_UNDER_TSAN() GTEST_SKIP() << "kinet-perf's polled buffers are ordered through the peer process (invisible to TSan)"
+#else
+#define SKIP_UNDER_TSAN() (void)0
+#endif
+
 std::string temp_json() {
   char tmpl[] = "/tmp/kinet_perf_xproc_XXXXXX";
   const int fd = mkstemp(tmpl);
@@ -43,18 +67,11 @@ std::string temp_json() {
 }
 
 TEST(KinetPerfXproc, LoopbackRunReportsKinetBesideTcp) {
-#if defined(__SANITIZE_THREAD__)
-  // The benchmark polls its buffers while the NIC's threads copy into them
-  // (as a CPU polls memory a NIC DMAs into); what orders them travels through
-  // the other process, which ThreadSanitizer can't see: it reports races in
-  // the benchmark's buffers. The fabric's own threads are covered by the
-  // fabric tests under TSan.
-  GTEST_SKIP() << "kinet-perf's polled buffers are ordered through the peer process (invisible to TSan)";
-#endif
-  Proc server = kinet::test::spawn({KINET_PERF, "--server", "--port", "0", "--timeout-ms", "20000"},
-                                   {"KINET_SOCKET_IFNAME==lo"});
+  SKIP_UNDER_TSAN();
+  Server sv = start_server("20000");
+  Proc& server = sv.proc;
   ASSERT_GT(server.pid, 0) << "cannot start " << KINET_PERF;
-  const int port = server_port(server);
+  const int port = sv.port;
   if (port <= 0) {
     std::vector<Proc> ps{server};
     kinet::test::wait_all(ps, 1s);
@@ -109,14 +126,12 @@ TEST(KinetPerfXproc, LoopbackRunReportsKinetBesideTcp) {
 // full (a wait that did not ring would time out), and every operation
 // completes.
 TEST(KinetPerfXproc, PostListsThatDoNotDivideTheSignalPeriodComplete) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "kinet-perf's polled buffers are ordered through the peer process (invisible to TSan)";
-#endif
-  Proc server = kinet::test::spawn({KINET_PERF, "--server", "--port", "0", "--timeout-ms", "5000"},
-                                   {"KINET_SOCKET_IFNAME==lo"});
+  SKIP_UNDER_TSAN();
+  Server sv = start_server("5000");
+  Proc& server = sv.proc;
   ASSERT_GT(server.pid, 0) << "cannot start " << KINET_PERF;
-  const int port = server_port(server);
-  ASSERT_GT(port, 0);
+  const int port = sv.port;
+  ASSERT_GT(port, 0) << server.out;
   const std::string json = temp_json();
   Proc client = kinet::test::spawn({KINET_PERF, "--client", "127.0.0.1:" + std::to_string(port), "--test",
                                     "write_bw,read_bw", "-s", "64", "-n", "301", "-t", "6", "--signal-every", "6",
