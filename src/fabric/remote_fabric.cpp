@@ -193,7 +193,10 @@ void RemotePeer::recycle(std::shared_ptr<Call>&& c) {
   constexpr size_t kMaxSpareCalls = 4096;  // a window's worth
   if (!c) return;
   std::lock_guard<std::mutex> g(spare_mu_);
-  if (c->frame.capacity() && spare_.size() < kMaxSpare) spare_.push_back(std::move(c->frame));
+  if (c->frame.capacity()) {
+    if (spare_.size() < kMaxSpare) spare_.push_back(std::move(c->frame));
+    else std::vector<uint8_t>().swap(c->frame);  // a spare Call keeps no frame (up to 1 MiB each)
+  }
   // The receiver may still hold it for a moment after `done`: then it goes.
   if (c.use_count() == 1 && spare_calls_.size() < kMaxSpareCalls) spare_calls_.push_back(std::move(c));
   c.reset();

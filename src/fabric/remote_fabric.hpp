@@ -11,9 +11,9 @@
 // (syndrome, reason, READ data, the atomic's old value; the answers of
 // unsignalled WRITEs may be held back up to ack_delay() and sent together:
 // wire.hpp, kAckLater; a signalled NOP behind them sends a Flush to have
-// them now). Where results
-// land: READ data and old values are written into the requester's memory by
-// its engine when the Response is taken, after re-checking the local key.
+// them now). Where results land: READ data and old values are written into
+// the requester's memory by its engine when the Response is taken, after
+// re-checking the local key.
 //
 // Links: a process that opened a cross-process NIC runs one listener per
 // transport its NICs use (a TCP socket; an abstract AF_UNIX name
