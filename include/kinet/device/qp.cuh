@@ -348,9 +348,10 @@ template <Sharing S> KINET_HD Status put_signal(const QpHandle& q, const void* s
 // and rings the doorbell whenever the ring index reaches a multiple of
 // db_every (a power of two) and after the last WQE (unless kNoDoorbell).
 // The counters stay in registers for the whole call (an SqCursor, above):
-// no SqState round trip per WQE; SqState is written back before any wait for
-// free slots and when the call returns, so it is exact whenever no post_loop
-// is running. make must not call other verbs on q.
+// no SqState round trip per WQE, and ring space is checked once per run of
+// slots the cursor knows are free, not per WQE. SqState is written back
+// before any wait for free slots and when the call returns, so it is exact
+// whenever no post_loop is running. make must not call other verbs on q.
 // InvalidArgument (nothing posted) for count == 0, db_every not a power of
 // two, or a reservation outstanding (reserved != ready). Waits for space
 // like reserve() (bounded; TimeoutSqSpace breaks the QP); on a failure *t

@@ -155,16 +155,29 @@ KINET_HD Status post_loop(const QpHandle& q, uint64_t count, uint32_t db_every, 
   if (st != Status::Ok) return st;
   if (c.ready != c.reserved) return Status::InvalidArgument;  // a reservation is outstanding
   const uint64_t first = c.reserved, mask = db_every - 1;
-  for (uint64_t k = 0; k < count; ++k) {
-    uint64_t idx;
-    st = reserve(q, c, 1, &idx);
-    if (st != Status::Ok) break;
+  uint64_t k = 0;
+  auto post = [&](uint64_t idx) {  // WQE k at ring index idx, reserved
     uint32_t f = 0;
     if (k == 0) f |= flags & kFence;
     if (k + 1 == count) f |= flags & kSignal;
     make(idx, f);
     publish(q, c, idx, 1);
     if (((idx + 1) & mask) == 0 || (k + 1 == count && !(flags & kNoDoorbell))) ring_doorbell(q, c, idx + 1);
+    ++k;
+  };
+  while (k < count) {
+    // Runs of as many WQEs as the cursor knows are free, with no check per
+    // WQE; a full ring waits in reserve() (bounded) for one more slot.
+    const uint64_t room = c.limit > c.reserved ? c.limit - c.reserved : 0;
+    if (room == 0) {
+      uint64_t idx;
+      st = reserve(q, c, 1, &idx);
+      if (st != Status::Ok) break;
+      post(idx);
+      continue;
+    }
+    const uint64_t end = k + (room < count - k ? room : count - k);
+    while (k < end) post(c.reserved++);
   }
   close_cursor(q, c);
   if (t && c.ready > first) *t = Ticket{c.ready, first};
