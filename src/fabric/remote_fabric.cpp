@@ -189,17 +189,24 @@ void RemotePeer::fail(const std::string& why) {
 }
 
 void RemotePeer::recycle(std::shared_ptr<Call>&& c) {
-  constexpr size_t kMaxSpare = 8;          // a few frames of at most kMaxFrame each
   constexpr size_t kMaxSpareCalls = 4096;  // a window's worth
   if (!c) return;
   std::lock_guard<std::mutex> g(spare_mu_);
   if (c->frame.capacity()) {
-    if (spare_.size() < kMaxSpare) spare_.push_back(std::move(c->frame));
+    if (spare_.size() < kMaxSpareFrames) spare_.push_back(std::move(c->frame));
     else std::vector<uint8_t>().swap(c->frame);  // a spare Call keeps no frame (up to 1 MiB each)
   }
   // The receiver may still hold it for a moment after `done`: then it goes.
   if (c.use_count() == 1 && spare_calls_.size() < kMaxSpareCalls) spare_calls_.push_back(std::move(c));
   c.reset();
+}
+
+size_t RemotePeer::spare_frame_bytes() {
+  std::lock_guard<std::mutex> g(spare_mu_);
+  size_t n = 0;
+  for (const auto& f : spare_) n += f.capacity();
+  for (const auto& c : spare_calls_) n += c->frame.capacity();
+  return n;
 }
 
 void RemotePeer::receive() {

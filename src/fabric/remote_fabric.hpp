@@ -101,6 +101,10 @@ class RemotePeer {
   // answer) and the Call by start() (none per Request), when no one else
   // holds it.
   void recycle(std::shared_ptr<Call>&& c);
+  // Bytes of frame buffers the spares hold: at most kMaxSpareFrames frames
+  // (a spare Call holds none), whatever the number of spare Calls.
+  size_t spare_frame_bytes();
+  static constexpr size_t kMaxSpareFrames = 8;
 
  private:
   std::unique_ptr<fabric::Link> link_;

@@ -1,8 +1,9 @@
 // The requester's send batching (RemotePeer::start / flush): Requests queue
 // until flush(), a full queue or an in-place WRITE; they leave in order, in as
 // few sends as that allows, no send larger than kMaxFrame; a send that fails
-// completes every queued Call as lost. Driven through a Link that records
-// each send_parts call (no socket, no responder).
+// completes every queued Call as lost; recycled Calls keep at most a few
+// frame buffers. Driven through a Link that records each send_parts call and
+// hands out scripted frames (no socket, no responder).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -31,12 +32,26 @@ class RecordingLink final : public fab::Link {
     if (n2) b.insert(b.end(), body, body + n2);
     sends_.push_back(std::move(b));
   }
-  bool recv(std::vector<uint8_t>&, fab::Clock::time_point deadline) override {
-    while (fab::Clock::now() < deadline) {  // nothing ever comes; end soon after close()
+  // Hands out the frames deliver() queued; none else ever comes. Ends soon
+  // after close().
+  bool recv(std::vector<uint8_t>& out, fab::Clock::time_point deadline) override {
+    while (fab::Clock::now() < deadline) {
       if (closed_.load()) throw kinet::Error(kinet::ErrorCode::System, name_ + " peer lost: the link was closed");
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!inbox_.empty()) {
+          out.assign(inbox_.front().begin(), inbox_.front().end());
+          inbox_.erase(inbox_.begin());
+          return true;
+        }
+      }
       std::this_thread::sleep_for(1ms);
     }
     return false;
+  }
+  void deliver(std::vector<uint8_t> frame) {
+    std::lock_guard<std::mutex> g(mu_);
+    inbox_.push_back(std::move(frame));
   }
   void close() override { closed_.store(true); }
   const std::string& peer_name() const override { return name_; }
@@ -54,6 +69,7 @@ class RecordingLink final : public fab::Link {
   std::string name_ = "recording";
   std::mutex mu_;
   std::vector<std::vector<uint8_t>> sends_;
+  std::vector<std::vector<uint8_t>> inbox_;
   bool fail_sends_ = false;
   std::atomic<bool> closed_{false};
 };
@@ -177,4 +193,58 @@ TEST(FabricSendBatch, AFailedSendLosesEveryQueuedCall) {
   EXPECT_TRUE(later->done.load() && later->lost);
   r.peer->flush();
   EXPECT_TRUE(r.link->sends().empty());
+}
+
+// Recycled Calls: READ answers' frame buffers go back to the receiver, at
+// most kMaxSpareFrames of them; the Calls are reused without their frames
+// (4096 spare Calls holding a 1 MiB answer each would be 4 GiB).
+TEST(FabricSendBatch, RecycledCallsKeepAtMostAFewFrames) {
+  Rig r;
+  constexpr uint64_t kLen = 256 * 1024;
+  const size_t n = RemotePeer::kMaxSpareFrames + 4;
+  std::vector<std::shared_ptr<Call>> calls;
+  for (size_t i = 0; i < n; ++i) {
+    fab::Request rq;
+    rq.from_node = 1;
+    rq.to_node = 2;
+    rq.kind = fab::OpKind::Read;
+    rq.raddr = 0x1000;
+    rq.len = kLen;
+    calls.push_back(r.peer->start(rq));
+  }
+  r.peer->flush();
+  for (const auto& c : calls) {  // each answered with its data, in order
+    fab::Response a;
+    a.seq = c->seq;
+    a.len = kLen;
+    a.payload = r.payload.data();
+    std::vector<uint8_t> f;
+    fab::encode(a, f);
+    r.link->deliver(std::move(f));
+  }
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  for (const auto& c : calls) {
+    while (!c->done.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(c->done.load()) << "request " << c->seq << " was not answered";
+    ASSERT_FALSE(c->lost) << c->why;
+    ASSERT_EQ(c->len, kLen);
+    EXPECT_EQ(std::vector<uint8_t>(c->data, c->data + 16), std::vector<uint8_t>(r.payload.begin(), r.payload.begin() + 16));
+  }
+  for (auto& c : calls) {
+    // The receiver drops its reference right after `done`.
+    while (c.use_count() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    r.peer->recycle(std::move(c));
+  }
+  const size_t held = r.peer->spare_frame_bytes();
+  EXPECT_GT(held, 0u) << "no frame kept for the receiver to reuse";
+  EXPECT_LE(held, RemotePeer::kMaxSpareFrames * (kLen + 4096)) << "spare Calls kept their frames";
+  // A reused Call starts clean.
+  fab::Request w;
+  w.kind = fab::OpKind::Write;
+  w.len = 8;
+  w.payload = r.payload.data();
+  const auto c = r.peer->start(w);
+  EXPECT_FALSE(c->done.load());
+  EXPECT_EQ(c->len, 0u);
+  EXPECT_TRUE(c->frame.empty());
 }
