@@ -6,6 +6,7 @@
 # Environment: KINET_PERF (binary, default build/tools/kinet-perf), OUT_DIR (JSON
 # reports xproc-netns.json / xproc-loopback.json, default .), PORT (default 18515).
 # The namespaces and the veth pair are removed on exit, whatever happens.
+# Plot the two reports: bench/xproc/plot.py xproc-netns.json xproc-loopback.json -o xproc.png
 set -euo pipefail
 PERF=$(realpath "${KINET_PERF:-build/tools/kinet-perf}")
 OUT=${OUT_DIR:-.}
