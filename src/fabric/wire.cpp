@@ -17,9 +17,10 @@ namespace {
 // a visible share of a small Request's cost).
 class Put {
  public:
-  Put(std::vector<uint8_t>& o, size_t n) : o_(o), at_(o.size()) {
-    o.resize(at_ + n);
-    p_ = o.data() + at_;
+  Put(std::vector<uint8_t>& o, size_t n) : o_(o) {
+    const size_t at = o.size();
+    o.resize(at + n);
+    p_ = o.data() + at;
   }
   ~Put() { assert(p_ == o_.data() + o_.size()); }  // every reserved byte written
   void u8(uint8_t v) { *p_++ = v; }
@@ -41,7 +42,6 @@ class Put {
     p_ += sizeof(T);
   }
   std::vector<uint8_t>& o_;
-  size_t at_;
   uint8_t* p_;
 };
 void put_bytes(std::vector<uint8_t>& o, const void* p, size_t n) {
