@@ -119,21 +119,15 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
     c = std::make_shared<Call>();
   }
   std::lock_guard<std::mutex> s(send_mu_);
-  {
+  if (lost_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(mu_);
-    if (lost_.load(std::memory_order_acquire)) {
-      c->lost = true;
-      c->syndrome = prm::kSynTransportRetry;
-      c->why = why_;
-      c->done.store(true, std::memory_order_release);
-      return c;
-    }
-    rq.seq = ++seq_;
-    c->seq = rq.seq;
-    c->sent = Clock::now();
-    c->later = rq.flags & fabric::kAckLater;
-    pending_.push_back(c);
+    complete_lost(*c, why_);
+    return c;
   }
+  rq.seq = ++seq_;
+  c->seq = rq.seq;
+  c->later = rq.flags & fabric::kAckLater;
+  queued_.push_back(c);
   // A large WRITE's payload goes from where the engine read it: one copy
   // fewer per byte than joining it to the header; it leaves now, with the
   // Requests queued before it (the engine reuses the payload's buffer).
@@ -156,6 +150,23 @@ void RemotePeer::flush() {
 }
 
 void RemotePeer::send_locked(const uint8_t* body, size_t n) {
+  {
+    // The queued Calls become pending before their Requests leave (an
+    // answer can't overtake its Request), in one lock for the whole batch.
+    std::lock_guard<std::mutex> g(mu_);
+    if (lost_.load(std::memory_order_acquire)) {  // lost since they were queued
+      for (auto& c : queued_) complete_lost(*c, why_);
+      queued_.clear();
+      buf_.clear();
+      return;
+    }
+    const auto now = Clock::now();
+    for (auto& c : queued_) {
+      c->sent = now;
+      pending_.push_back(std::move(c));
+    }
+    queued_.clear();
+  }
   try {
     link_->send_parts(buf_.data(), buf_.size(), body, n, Clock::now() + std::chrono::milliseconds(timeout_ms_));
   } catch (const Error& e) {
@@ -180,12 +191,14 @@ void RemotePeer::fail(const std::string& why) {
               calls.size());
   else
     KINET_LOG(Info, "emu fabric: link to %s closed: %s", endpoint_.c_str(), why.c_str());
-  for (auto& c : calls) {
-    c->lost = true;
-    c->syndrome = prm::kSynTransportRetry;
-    c->why = why;
-    c->done.store(true, std::memory_order_release);
-  }
+  for (auto& c : calls) complete_lost(*c, why);
+}
+
+void RemotePeer::complete_lost(Call& c, const std::string& why) {
+  c.lost = true;
+  c.syndrome = prm::kSynTransportRetry;
+  c.why = why;
+  c.done.store(true, std::memory_order_release);
 }
 
 void RemotePeer::recycle(std::shared_ptr<Call>&& c) {
@@ -222,7 +235,9 @@ void RemotePeer::receive() {
         spare_.pop_back();
       }
     }
-    {
+    // With a frame read ahead the answers flow: the bound is checked when
+    // the link runs dry (one lock per frame fewer).
+    if (!link_->buffered()) {
       std::unique_lock<std::mutex> g(mu_);
       if (!pending_.empty()) {
         // A held answer may come up to the ack delay late (both sides read

@@ -111,12 +111,15 @@ class RemotePeer {
   std::string endpoint_;
   uint64_t timeout_ms_;
   std::atomic<bool> lost_{false};
-  std::mutex send_mu_;  // one sender at a time; guards seq_ and buf_
+  std::mutex send_mu_;  // one sender at a time; guards seq_, buf_ and queued_
   uint64_t seq_ = 0;
   std::vector<uint8_t> buf_;  // encoded Requests queued by start(), not yet sent
+  // Their Calls, in seq order: pending_ takes them when buf_ leaves.
+  std::vector<std::shared_ptr<Call>> queued_;
   // Sends buf_ (then `body`, the payload of its last frame, when not null)
   // and empties it; a link fault loses the peer. Caller holds send_mu_.
   void send_locked(const uint8_t* body, size_t n);
+  static void complete_lost(Call& c, const std::string& why);
   std::mutex mu_;  // guards pending_ and why_
   // In seq order: a responder answers in the order it was asked (held
   // answers too), so an answer is always for the front.

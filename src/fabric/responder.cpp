@@ -43,15 +43,18 @@ Fault check_shape(const Request& rq, const RequesterBuffers& rb) {
 }  // namespace
 
 Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb) {
-  const std::string gone = "peer QP " + hex(rq.to_qpn) + " does not answer (destroyed, or its device closed)";
+  // Built only when needed: respond() runs per operation.
+  auto gone = [&rq] {
+    return Fault{kSynTransportRetry, "peer QP " + hex(rq.to_qpn) + " does not answer (destroyed, or its device closed)"};
+  };
   if (rq.to_node != nic.node)
     return {kSynTransportRetry, "request for node " + hex(rq.to_node) + " reached node " + hex(nic.node) + " (" +
                                     nic.name + ")"};
   std::shared_ptr<emu::EmuQp> peer = nic.find_qp(rq.to_qpn);
-  if (!peer) return {kSynTransportRetry, gone};
+  if (!peer) return gone();
   // Held while the responder side runs: ~QueuePair of the peer waits for it.
   std::shared_lock<std::shared_mutex> busy(peer->responder_mu);
-  if (peer->destroyed.load(std::memory_order_acquire)) return {kSynTransportRetry, gone};
+  if (peer->destroyed.load(std::memory_order_acquire)) return gone();
   const QpState ps = peer->state.load(std::memory_order_acquire);
   if (ps != QpState::Rtr && ps != QpState::Rts)
     return {kSynTransportRetry, "peer QP " + hex(peer->qpn) + " on " + nic.name + " is in state " +

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
-#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/reuse_ring.hpp"
 #include "core/text.hpp"
 #include "fabric/endpoint.hpp"
 #include "kinet/kinet.hpp"
@@ -122,7 +122,6 @@ struct EmuQp {
     uint64_t idx = 0;
     uint8_t bb[64];
     DecodedWqe w;
-    MemoryKind local_kind[2] = {MemoryKind::Host, MemoryKind::Host};
     std::vector<uint8_t> snapshot;  // WRITE source read at issue (an earlier read/atomic was outstanding)
     // A QP whose peer is in another process: the WQE's Requests (one per
     // SGE, split at fabric::kMaxChunk), how many were sent and how many
@@ -137,8 +136,23 @@ struct EmuQp {
     size_t sent = 0, reaped = 0;
     uint8_t fault_syndrome = 0;
     std::string fault_why;
+    // As new, for a slot the window reuses: vectors keep their capacity
+    // (but no large snapshot or chunk list outlives its WQE).
+    void reuse() {
+      idx = 0;
+      w = DecodedWqe{};
+      if (snapshot.capacity() > (64u << 10)) std::vector<uint8_t>().swap(snapshot);
+      snapshot.clear();
+      if (chunks.capacity() > 64) std::vector<Chunk>().swap(chunks);
+      chunks.clear();
+      sent = reaped = 0;
+      fault_syndrome = 0;
+      fault_why.clear();
+    }
   };
-  std::deque<InFlight> window;
+  // Oldest first; a push takes window.next() (then reuse()), fills it in
+  // place and goes through QpRunner::push_window.
+  ReuseRing<InFlight> window;
   // 1 + the index of the newest READ or atomic pushed into the window (0:
   // none since the last reset). The window is in WQE order and retires from
   // the front, so one is still in it iff this is above the front's index:

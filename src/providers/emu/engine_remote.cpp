@@ -38,7 +38,8 @@ bool QpRunner::pass_remote() {
     // too), so once a WQE waits for an answer the later ones do: the walk
     // stops there instead of visiting the whole window on every pass (up to
     // kRemoteWindow WQEs; a posting thread runs a pass per doorbell).
-    for (InFlight& e : qp_.window) {
+    for (size_t i = 0; i < qp_.window.size(); ++i) {
+      InFlight& e = qp_.window[i];
       work |= reap(e);
       if (e.fault_syndrome || e.reaped < e.sent) break;
     }
@@ -56,7 +57,8 @@ bool QpRunner::pass_remote() {
     }
     if (qp_.sq_ci >= qp_.sq_announced || qp_.window.size() >= kRemoteWindow) return work;
     // Issue the next WQE.
-    InFlight e;
+    InFlight& e = qp_.window.next();  // pushed below, or left for the next WQE
+    e.reuse();
     e.idx = qp_.sq_ci;
     read_slot(e.idx, e.bb);
     std::string why;
@@ -74,10 +76,10 @@ bool QpRunner::pass_remote() {
     const bool reads_local = e.w.opcode == prm::kRdmaWrite && !e.w.is_inline && e.w.nsge > 0;
     if ((e.w.fence || reads_local) && window_has_read_or_atomic()) return work;
     plan(e);
-    push_window(std::move(e));
+    push_window(e);
     ++qp_.sq_ci;
     work = true;
-    pump(qp_.window.back());
+    pump(e);
   }
 }
 
@@ -98,12 +100,15 @@ void QpRunner::plan(InFlight& e) {
     // answers of earlier unsignalled WRITEs may be held back by the
     // responder (kAckLater), so when one is still unanswered it asks for
     // them with a Flush (any other answer comes by itself).
-    auto held = [](const InFlight& x) {
+    if (!w.signaled) return;
+    for (size_t k = 0; k < qp_.window.size(); ++k) {
+      const InFlight& x = qp_.window[k];
       for (size_t i = x.reaped; i < x.sent; ++i)
-        if (x.chunks[i].call->later) return true;
-      return false;
-    };
-    if (w.signaled && std::any_of(qp_.window.begin(), qp_.window.end(), held)) e.chunks.emplace_back();
+        if (x.chunks[i].call->later) {
+          e.chunks.emplace_back();
+          return;
+        }
+    }
     return;
   }
   auto split = [&](int sge, uint64_t len, uint64_t raddr) {

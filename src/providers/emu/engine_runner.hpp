@@ -4,6 +4,7 @@
 // does is described at the top of engine.cpp.
 #pragma once
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <string>
 
@@ -53,7 +54,8 @@ class QpRunner {
         work = true;
         continue;
       }
-      InFlight e;
+      InFlight& e = qp_.window.next();  // pushed below, or left for the next WQE
+      e.reuse();
       e.idx = idx;
       read_slot(idx, e.bb);
       std::string why;
@@ -73,7 +75,7 @@ class QpRunner {
         work = true;
         continue;
       }
-      push_window(std::move(e));
+      push_window(e);
       ++qp_.sq_ci;
       issued = work = true;
       if (!nic_.relaxed) {
@@ -225,9 +227,11 @@ class QpRunner {
     return !qp_.window.empty() && qp_.read_atomic_end > qp_.window.front().idx;
   }
   // Every push into the window goes through here (keeps read_atomic_end).
-  void push_window(InFlight&& e) {
+  // `e` is qp_.window.next(), filled in.
+  void push_window(InFlight& e) {
+    assert(&e == &qp_.window.next());
     if (e.w.opcode == prm::kRdmaRead || e.w.is_atomic()) qp_.read_atomic_end = e.idx + 1;
-    qp_.window.push_back(std::move(e));
+    qp_.window.push();
   }
 
   // Relaxed mode: local checks now (errors in WQE order), and the source of a
