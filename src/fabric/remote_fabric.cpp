@@ -224,6 +224,7 @@ size_t RemotePeer::spare_frame_bytes() {
 
 void RemotePeer::receive() {
   std::vector<uint8_t> buf;
+  std::vector<std::shared_ptr<Call>> covered;
   const auto bound = std::chrono::milliseconds(timeout_ms_);
   while (!stop_.load(std::memory_order_acquire) && !lost()) {
     const auto now = Clock::now();
@@ -271,27 +272,44 @@ void RemotePeer::receive() {
       fail("sent a frame of type " + std::to_string(static_cast<int>(f.type)) + " where a Response was expected");
       return;
     }
+    // The Calls it answers: the `covers` before seq (held answers of
+    // kAckLater WRITEs, all successes) and seq's own, the oldest pending.
+    const fabric::Response& rs = f.response;
+    const uint64_t first = rs.seq - rs.covers;  // decode(): covers < seq
     std::shared_ptr<Call> c;
-    uint64_t oldest = 0, newest = 0;
+    uint64_t oldest = 0, newest = 0, not_later = 0;
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!pending_.empty()) {
         oldest = pending_.front()->seq;
         newest = pending_.back()->seq;
-        if (oldest == f.response.seq) {
-          c = std::move(pending_.front());
-          pending_.pop_front();
+        if (oldest == first && newest >= rs.seq) {
+          for (uint32_t i = 0; i < rs.covers && !not_later; ++i)
+            if (!pending_[i]->later) not_later = pending_[i]->seq;
+          if (!not_later) {
+            for (uint32_t i = 0; i < rs.covers; ++i) {
+              covered.push_back(std::move(pending_.front()));
+              pending_.pop_front();
+            }
+            c = std::move(pending_.front());
+            pending_.pop_front();
+          }
         }
       }
     }
     if (!c) {
-      const uint64_t seq = f.response.seq;
-      fail("answered request " + std::to_string(seq) +
-           (oldest && seq > oldest && seq <= newest
+      const std::string what = rs.covers ? "requests " + std::to_string(first) + ".." + std::to_string(rs.seq)
+                                         : "request " + std::to_string(rs.seq);
+      fail("answered " + what +
+           (not_later ? " at once, but request " + std::to_string(not_later) +
+                            " among them was not a WRITE whose answer may wait (kAckLater)"
+            : oldest && first > oldest && first <= newest
                 ? " before request " + std::to_string(oldest) + " (answers come in the order asked)"
-                : ", which is not pending"));
+                : rs.covers ? ", which are not all pending" : ", which is not pending"));
       return;
     }
+    for (auto& k : covered) k->done.store(true, std::memory_order_release);  // successes: nothing else to set
+    covered.clear();
     c->syndrome = f.response.syndrome;
     c->why = f.response.why;
     c->old_value = f.response.old_value;
@@ -515,20 +533,34 @@ void RemoteFabric::serve(Inbound& in) {
     // unsignalled WRITEs costs the requester one wake-up per batch, not one
     // per WRITE. A requester that needs its answers sends a Request without
     // the flag (a signalled WQE, a READ, an atomic, a Flush), which takes the
-    // held ones along.
+    // held ones along. Held answers are not encoded one by one: a run of
+    // them (consecutive seqs) travels as one Response, or inside the next
+    // answer as its `covers` (wire.hpp).
     constexpr size_t kBatchBytes = 256 * 1024;
     constexpr size_t kMaxHeld = 64;
     const auto delay = ack_delay();
-    size_t held = 0;      // answers in `out` that may still wait
-    bool urgent = false;  // `out` holds an answer that may not
+    size_t held = 0;      // held answers since the last send
+    bool urgent = false;  // an answer that may not wait is in `out`
     Clock::time_point held_since{};
+    uint64_t run_last = 0;  // the run of held answers not yet in `out`: seqs
+    uint32_t run_n = 0;     // run_last - run_n + 1 .. run_last (run_n < run_last + 1)
+    auto close_run = [&] {  // the run as one Response at the end of `out`
+      if (!run_n) return;
+      fabric::Response a;
+      a.seq = run_last;
+      a.covers = run_n - 1;
+      fabric::encode(a, out);
+      run_n = 0;
+    };
     for (;;) {
-      bool have = !out.empty() && out.size() < kBatchBytes && in.link->buffered() && link.recv(buf, Clock::now());
-      if (!have && !out.empty() && !urgent && held < kMaxHeld && out.size() < kBatchBytes) {
+      const bool waiting = !out.empty() || run_n;
+      bool have = waiting && out.size() < kBatchBytes && in.link->buffered() && link.recv(buf, Clock::now());
+      if (!have && waiting && !urgent && held < kMaxHeld && out.size() < kBatchBytes) {
         const auto due = held_since + delay;
         if (Clock::now() < due) have = link.recv(buf, due);
       }
-      if (!have && !out.empty()) {
+      if (!have && waiting) {
+        close_run();
         link.send(out.data(), out.size(), Clock::now() + bound);
         out.clear();
         held = 0;
@@ -581,10 +613,23 @@ void RemoteFabric::serve(Inbound& in) {
         }
       }
       if ((f.request.flags & fabric::kAckLater) && !r.syndrome) {
-        if (out.empty()) held_since = Clock::now();
+        if (out.empty() && !run_n) held_since = Clock::now();
         ++held;
+        if (run_n && r.seq == run_last + 1 && r.seq > run_n) {
+          ++run_n;
+        } else {
+          close_run();
+          run_n = 1;
+        }
+        run_last = r.seq;
+        continue;
+      }
+      urgent = true;
+      if (run_n && r.seq == run_last + 1 && r.seq > run_n) {
+        r.covers = run_n;  // the held answers ride along
+        run_n = 0;
       } else {
-        urgent = true;
+        close_run();
       }
       if (r.len >= kBatchBytes) {
         // A READ answer that fills a batch by itself leaves now, from the

@@ -111,7 +111,10 @@ class RemotePeer {
   std::string endpoint_;
   uint64_t timeout_ms_;
   std::atomic<bool> lost_{false};
-  std::mutex send_mu_;  // one sender at a time; guards seq_, buf_ and queued_
+  // The poster's, the receiver's and the shared fields on cache lines of
+  // their own: the receiver reads lost_ per frame while the poster takes
+  // send_mu_ per Request.
+  alignas(64) std::mutex send_mu_;  // one sender at a time; guards seq_, buf_ and queued_
   uint64_t seq_ = 0;
   std::vector<uint8_t> buf_;  // encoded Requests queued by start(), not yet sent
   // Their Calls, in seq order: pending_ takes them when buf_ leaves.
@@ -120,7 +123,7 @@ class RemotePeer {
   // and empties it; a link fault loses the peer. Caller holds send_mu_.
   void send_locked(const uint8_t* body, size_t n);
   static void complete_lost(Call& c, const std::string& why);
-  std::mutex mu_;  // guards pending_ and why_
+  alignas(64) std::mutex mu_;  // guards pending_ and why_
   // In seq order: a responder answers in the order it was asked (held
   // answers too), so an answer is always for the front.
   std::deque<std::shared_ptr<Call>> pending_;
@@ -128,10 +131,10 @@ class RemotePeer {
   // Recycled frame buffers and Calls, under a lock of their own: the poster
   // takes and returns a Call per Request, and must not wake the receiver
   // for it.
-  std::mutex spare_mu_;
+  alignas(64) std::mutex spare_mu_;
   std::vector<std::vector<uint8_t>> spare_;
   std::vector<std::shared_ptr<Call>> spare_calls_;
-  std::atomic<bool> stop_{false};
+  alignas(64) std::atomic<bool> stop_{false};
   std::thread rx_;
   void receive();
 };

@@ -168,7 +168,10 @@ bool decode_response(const uint8_t* b, uint32_t len, Response* r, std::string* w
   r->payload = nullptr;
   if (b[25]) return fail(why, "response: reserved byte 25 is " + hex(b[25]) + " (must be 0)");
   const uint16_t why_len = ld16(b + 26);
-  if (uint32_t rw = ld32(b + 28)) return fail(why, "response: reserved word " + hex(rw) + " (must be 0)");
+  r->covers = ld32(b + 28);
+  if (r->covers >= r->seq && r->covers)
+    return fail(why, "response: covers " + num(r->covers) + " requests before seq " + num(r->seq) +
+                         " (seqs start at 1)");
   if (why_len > kMaxWhy) return fail(why, "response: why_len " + num(why_len) + " exceeds " + num(kMaxWhy));
   if (r->len > kMaxChunk) return fail(why, "response: len " + num(r->len) + " exceeds kMaxChunk " + num(kMaxChunk));
   if (r->syndrome == 0 && why_len)
@@ -248,6 +251,7 @@ void encode(const Response& r, std::vector<uint8_t>& out) {
 void encode_head(const Response& r, std::vector<uint8_t>& out) {
   assert(r.why.size() <= kMaxWhy && r.len <= kMaxChunk && (r.len == 0 || r.payload));
   assert(r.syndrome ? r.len == 0 : r.why.empty());
+  assert(r.covers < r.seq || r.covers == 0);
   Put o(out, kHeaderBytes + kResponseFixed + r.why.size());
   put_header(o, FrameType::Response, kResponseFixed + r.why.size() + r.len);
   o.u64(r.seq);
@@ -256,7 +260,7 @@ void encode_head(const Response& r, std::vector<uint8_t>& out) {
   o.u8(r.syndrome);
   o.u8(0);
   o.u16(static_cast<uint16_t>(r.why.size()));
-  o.u32(0);
+  o.u32(r.covers);
   o.bytes(r.why.data(), r.why.size());
 }
 

@@ -2,7 +2,7 @@
 // in different processes: what travels for one RDMA operation, and its answer.
 //
 // Every frame is a 16-byte header and a body; all integers little-endian.
-//   header   magic "KNF1" (u32 0x31464e4b), version u8 (1), type u8, flags u16
+//   header   magic "KNF1" (u32 0x31464e4b), version u8 (3), type u8, flags u16
 //            (0), body_len u32, reserved u32 (0)
 //   Hello    the first frame each side sends on a new link: who it is, the
 //            largest frame it accepts.
@@ -12,7 +12,10 @@
 //            for nothing but its answer, which sends every answer held back
 //            before it (see ack_later below).
 //   Response answers one Request (same seq): a PRM syndrome (0 = done), a
-//            reason text, READ data, the atomic's old value.
+//            reason text, READ data, the atomic's old value; and, with
+//            `covers` = k > 0, the k Requests before it too (seq - k ..
+//            seq - 1), each a kAckLater WRITE that succeeded: held answers
+//            travel as one.
 // A requester splits a transfer into Requests of at most kMaxChunk bytes, so
 // no frame is larger than kMaxFrame whatever max_msg is.
 //
@@ -24,13 +27,14 @@
 //            68 kind u8 | 69 flags u8 | 70 reserved u8[2] | 72 payload (Write only)
 //                                                  = 72 (+ len for a Write)
 //   Response 0 seq | 8 old_value | 16 len (u64s) | 24 syndrome u8 | 25 reserved
-//            u8 | 26 why_len u16 | 28 reserved u32 | 32 why (printable ASCII) |
+//            u8 | 26 why_len u16 | 28 covers u32 | 32 why (printable ASCII) |
 //            32 + why_len payload (len bytes)      = 32 + why_len + len
 // Field rules decode() enforces: QPNs are 24 bits; Write/Read len <= kMaxChunk
 // and operand = compare = 0; FetchAdd len 8, compare 0; CompareSwap len 8;
 // Flush raddr = len = rkey = operand = compare = 0; flags only kAckLater,
 // only on a Write;
-// a Response with syndrome 0 has no reason, one with a syndrome no payload;
+// a Response with syndrome 0 has no reason, one with a syndrome no payload,
+// covers < seq;
 // Hello max_frame in [kMaxFrame, kMaxFrameCeiling], name <= kMaxName.
 // Alignment of an atomic's raddr is the responder's check (an error CQE, not
 // a malformed frame).
@@ -49,7 +53,7 @@
 namespace kinet::fabric {
 
 inline constexpr uint32_t kMagic = 0x31464e4b;  // "KNF1" read as little-endian bytes
-inline constexpr uint8_t kVersion = 2;  // 2: Request flags, Flush
+inline constexpr uint8_t kVersion = 3;  // 2: Request flags, Flush; 3: Response covers
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr uint64_t kMaxChunk = 1u << 20;  // payload bytes per Request / Response
 inline constexpr size_t kMaxWhy = 512;           // reason text bytes in a Response
@@ -103,6 +107,9 @@ struct Request {
 
 struct Response {
   uint64_t seq = 0;
+  // Also answers Requests seq - covers .. seq - 1: kAckLater WRITEs that
+  // succeeded (the requester checks that they were sent so).
+  uint32_t covers = 0;
   uint8_t syndrome = 0;        // PRM CQE syndrome; 0 = completed
   std::string why;             // reason when syndrome != 0 (<= kMaxWhy bytes)
   uint64_t old_value = 0;      // atomics

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -235,6 +236,61 @@ TEST(FabricHostilePeer, AnswersOutOfOrder) {
   EXPECT_EQ(r.read64(), Status::WrFlushed) << "behind the WRITE, which failed first";
   EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "answered request 2 before request 1 (answers come in "
                                                            "the order asked)"),
+            std::string::npos)
+      << r.qp->last_error();
+  EXPECT_TRUE(r.untouched());
+}
+
+// A cumulative answer (covers) may only stand for held answers: successful
+// WRITEs whose answer was allowed to wait. One that covers a READ (which
+// needs its data back) loses the peer, and nothing lands.
+TEST(FabricHostilePeer, ACumulativeAnswerOverAReadIsRefused) {
+  FakePeer fp([](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame a, b;
+    recv_frame(l, &a);
+    recv_frame(l, &b);
+    fab::Response r = ok_to(b.request);
+    r.covers = 1;
+    r.len = 64;
+    const std::vector<uint8_t> data(64, 0xee);
+    r.payload = data.data();
+    std::vector<uint8_t> out;
+    fab::encode(r, out);
+    send(l, out);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  dev::Ticket t;
+  ASSERT_EQ(dev::get<X>(r.qp->handle(), r.buf.data() + 64, r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64,
+                        dev::kNoDoorbell, &t),
+            Status::Ok);
+  EXPECT_EQ(r.read64(), Status::WrFlushed) << "behind the first READ, which failed";
+  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) +
+                                    "answered requests 1..2 at once, but request 1 among them was not a WRITE "
+                                    "whose answer may wait (kAckLater)"),
+            std::string::npos)
+      << r.qp->last_error();
+  EXPECT_TRUE(r.untouched());
+}
+
+// A cumulative answer that reaches past what was asked loses the peer.
+TEST(FabricHostilePeer, ACumulativeAnswerPastTheRequests) {
+  FakePeer fp([](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame a;
+    recv_frame(l, &a);
+    fab::Response r = ok_to(a.request);
+    r.seq += 1;
+    r.covers = 1;
+    std::vector<uint8_t> out;
+    fab::encode(r, out);
+    send(l, out);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
+  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "answered requests 1..2, which are not all pending"),
             std::string::npos)
       << r.qp->last_error();
   EXPECT_TRUE(r.untouched());
@@ -606,12 +662,28 @@ struct RawRequester {
     send(*link, b);
     return r.seq;
   }
+  // The next answer, one per Request: a Response that covers held ones
+  // (wire.hpp) stands for each of them, successes, before its own.
   fab::Response answer() {
-    fab::Frame f;
-    recv_frame(*link, &f);
-    EXPECT_EQ(f.type, fab::FrameType::Response);
-    return f.response;
+    if (answers.empty()) {
+      fab::Frame f;
+      recv_frame(*link, &f);
+      EXPECT_EQ(f.type, fab::FrameType::Response);
+      ++frames;
+      for (uint32_t i = f.response.covers; i > 0; --i) {
+        fab::Response held;
+        held.seq = f.response.seq - i;
+        answers.push_back(held);
+      }
+      f.response.covers = 0;
+      answers.push_back(f.response);
+    }
+    fab::Response a = answers.front();
+    answers.pop_front();
+    return a;
   }
+  std::deque<fab::Response> answers;  // received, not yet taken
+  int frames = 0;                     // Response frames received
   uint8_t byte(size_t i) const { return std::atomic_ref<const uint8_t>(rig.buf[i]).load(std::memory_order_acquire); }
 };
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -652,6 +724,40 @@ TEST(FabricHostileRequester, HeldAnswersWaitAndAFlushSendsThem) {
   EXPECT_EQ(q.answer().seq, s6);
   EXPECT_LT(ms_since(t2), 500);
   EXPECT_EQ(q.byte(64), 0xa6);
+}
+
+// Held answers travel together: a run of ack_later WRITEs and the Flush
+// behind them are answered by one Response that covers the run.
+TEST(FabricHostileRequester, HeldAnswersTravelAsOneResponse) {
+  RawRequester q;
+  std::vector<uint8_t> b;
+  for (int i = 0; i < 5; ++i) {
+    fab::Request r = q.base(fab::OpKind::Write);
+    static const std::vector<uint8_t> p(16, 0xc0);
+    r.raddr = q.rk.addr + 16 * i;
+    r.rkey = q.rk.rkey;
+    r.len = 16;
+    r.payload = p.data();
+    r.flags = fab::kAckLater;
+    fab::encode(r, b);
+  }
+  fab::encode(q.base(fab::OpKind::Flush), b);
+  send(*q.link, b);  // one send: the responder reads them all before it answers
+  fab::Frame f;
+  recv_frame(*q.link, &f);
+  ASSERT_EQ(f.type, fab::FrameType::Response);
+  EXPECT_EQ(f.response.seq, 6u);
+  EXPECT_EQ(f.response.covers, 5u);
+  EXPECT_EQ(f.response.syndrome, 0);
+  for (int i = 0; i < 80; ++i) EXPECT_EQ(q.byte(i), 0xc0) << i;
+  // A failing WRITE behind a run is answered at once, failed, covering the run.
+  const uint64_t s7 = q.write16(0, 0xd1, fab::kAckLater);
+  const uint64_t s8 = q.write16(16, 0xd2, fab::kAckLater, q.rk.rkey ^ 0x100);
+  recv_frame(*q.link, &f);
+  EXPECT_EQ(f.response.seq, s8);
+  EXPECT_EQ(f.response.covers, s8 - s7);
+  EXPECT_NE(f.response.syndrome, 0);
+  EXPECT_EQ(q.byte(16), 0xc0);  // untouched by the failed one
 }
 
 // A Flush names no memory: to a node that is not here it is still answered

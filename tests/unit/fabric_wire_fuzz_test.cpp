@@ -83,6 +83,11 @@ std::vector<Seed> seeds() {
     r.seq = 12, r.syndrome = 0x13, r.why = why;
     add(r, {{H + 16, 8}, {H + 26, 2}});
   }
+  {  // held answers riding along with one (covers)
+    Response r;
+    r.seq = 12, r.covers = 11;
+    add(r, {{H + 16, 8}, {H + 26, 2}, {H + 28, 4}, {H, 8}});
+  }
   return s;
 }
 

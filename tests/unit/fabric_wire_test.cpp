@@ -110,7 +110,7 @@ TEST(FabricWire, HelloRoundTrips) {
 
 TEST(FabricWire, HeaderLayoutIsLittleEndianKnf1) {
   Bytes b = enc(hello("ab"));
-  const uint8_t want[16] = {'K', 'N', 'F', '1', 2, 1, 0, 0, 18, 0, 0, 0, 0, 0, 0, 0};
+  const uint8_t want[16] = {'K', 'N', 'F', '1', 3, 1, 0, 0, 18, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(0, std::memcmp(b.data(), want, 16));
   EXPECT_EQ(b[H + 0], 0xef);  // process_id low byte first
   EXPECT_EQ(b[H + 12], 2);    // name_len
@@ -190,6 +190,19 @@ TEST(FabricWire, ResponseRoundTrips) {
     EXPECT_EQ(f.response.why, w);
     EXPECT_EQ(f.response.len, 0u);
   }
+  // covers travels as it is, up to seq - 1, with any answer.
+  for (uint32_t k : {1u, 77u}) {
+    Response r = response_err("x");  // seq 78
+    r.covers = k;
+    Bytes b = enc(r);
+    EXPECT_EQ(b[H + 28], k);
+    Frame f;
+    std::string why;
+    ASSERT_TRUE(dec(b, b.size(), &f, &why)) << why;
+    EXPECT_EQ(f.response.covers, k);
+    EXPECT_EQ(f.response.seq, 78u);
+    EXPECT_EQ(f.response.syndrome, 0x13);
+  }
   // The largest frame there is stays within kMaxFrame.
   Response r = response_ok(&big);
   EXPECT_LE(H + kResponseFixed + kMaxWhy + kMaxChunk, kMaxFrame);
@@ -206,9 +219,10 @@ TEST(FabricWire, HeaderFieldsEachRefused) {
     std::string why;
   } cases[] = {
       {0, 0x32464e4b, 4, "frame header: magic 0x32464e4b is not KNF1 (0x31464e4b)"},
-      {4, 1, 1, "frame header: version 1 (this side speaks 2)"},  // before Request flags and Flush
-      {4, 3, 1, "frame header: version 3 (this side speaks 2)"},
-      {4, 0, 1, "frame header: version 0 (this side speaks 2)"},
+      {4, 1, 1, "frame header: version 1 (this side speaks 3)"},  // before Request flags and Flush
+      {4, 2, 1, "frame header: version 2 (this side speaks 3)"},  // before Response covers
+      {4, 4, 1, "frame header: version 4 (this side speaks 3)"},
+      {4, 0, 1, "frame header: version 0 (this side speaks 3)"},
       {5, 0, 1, "frame header: type 0 is unknown (1..4)"},
       {5, 5, 1, "frame header: type 5 is unknown (1..4)"},
       {5, 4, 1, "frame: type 4 is a transport message, not a software-NIC frame"},
@@ -355,7 +369,9 @@ TEST(FabricWire, ResponseFieldsEachRefused) {
   };
   const Response ok = response_ok(), err = response_err("abc");
   EXPECT_EQ(with(ok, 25, 1, 1), "response: reserved byte 25 is 0x1 (must be 0)");
-  EXPECT_EQ(with(ok, 28, 0x100, 4), "response: reserved word 0x100 (must be 0)");
+  // covers reaches back at most to request 1 (response_ok's seq is 77).
+  EXPECT_EQ(with(ok, 28, 77, 4), "response: covers 77 requests before seq 77 (seqs start at 1)");
+  EXPECT_EQ(with(ok, 28, 0xffffffffu, 4), "response: covers 4294967295 requests before seq 77 (seqs start at 1)");
   EXPECT_EQ(with(ok, 26, kMaxWhy + 1, 2), "response: why_len 513 exceeds 512");
   EXPECT_EQ(with(ok, 16, kMaxChunk + 1, 8), "response: len 1048577 exceeds kMaxChunk 1048576");
   EXPECT_EQ(with(ok, 26, 1, 2), "response: syndrome 0 (success) with a reason of 1 bytes");
