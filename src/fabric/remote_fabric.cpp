@@ -363,6 +363,7 @@ void RemoteFabric::join(const std::shared_ptr<Nic>& nic, fabric::Via via) {
     throw;
   }
   nics_[nic->node] = nic;
+  nics_gen_.fetch_add(1, std::memory_order_release);
 }
 
 void RemoteFabric::start_tcp_locked() {
@@ -402,6 +403,7 @@ std::string RemoteFabric::endpoint(fabric::Via via) {
 void RemoteFabric::leave(uint64_t node) {
   std::unique_lock<std::mutex> g(mu_);
   nics_.erase(node);
+  nics_gen_.fetch_add(1, std::memory_order_release);
   if (nics_.empty() && stop_fd_[0] >= 0) shutdown_locked(g);
 }
 
@@ -524,6 +526,9 @@ void RemoteFabric::serve(Inbound& in) {
     who += " (" + h.name + ")";
     KINET_LOG(Debug, "emu fabric: requester %s connected", who.c_str());
     std::vector<uint8_t> buf, out, scratch;
+    uint64_t cached_node = 0, cached_gen = ~0ull;
+    std::weak_ptr<Nic> cached_nic;
+    fabric::QpCache qp_cache;
     // Responses are batched: while the requester's next Request is already
     // read ahead, it is answered before anything is sent, and one send(2)
     // carries every answer so far (at most kBatchBytes of them). Nothing read
@@ -574,12 +579,18 @@ void RemoteFabric::serve(Inbound& in) {
       if (f.type != fabric::FrameType::Request)
         throw Error(ErrorCode::InvalidArgument,
                     "a frame of type " + std::to_string(static_cast<int>(f.type)) + " where a Request was expected");
-      std::shared_ptr<Nic> nic;
-      {
+      // The NIC it names: looked up under mu_ only when the node or the
+      // set of NICs changed since the last Request (a weak_ptr: a NIC that
+      // left is not kept alive by a link).
+      const uint64_t gen = nics_gen_.load(std::memory_order_acquire);
+      if (f.request.to_node != cached_node || gen != cached_gen) {
         std::lock_guard<std::mutex> g(mu_);
         auto it = nics_.find(f.request.to_node);
-        if (it != nics_.end()) nic = it->second.lock();
+        cached_nic = it != nics_.end() ? it->second : std::weak_ptr<Nic>();
+        cached_node = f.request.to_node;
+        cached_gen = nics_gen_.load(std::memory_order_relaxed);
       }
+      std::shared_ptr<Nic> nic = cached_nic.lock();
       fabric::Response r;
       r.seq = f.request.seq;
       if (f.request.kind == fabric::OpKind::Flush) {
@@ -602,7 +613,7 @@ void RemoteFabric::serve(Inbound& in) {
         Fault fault;
         {
           std::shared_lock<std::shared_mutex> guard(memory_guard());
-          fault = fabric::respond(*nic, rq, rb);
+          fault = fabric::respond(*nic, rq, rb, &qp_cache);
         }
         r.syndrome = fault.syndrome;
         r.why = fabric::printable(fault.why, fabric::kMaxWhy);

@@ -174,6 +174,7 @@ class RemoteFabric {
   struct Inbound;
   std::mutex mu_;
   std::map<uint64_t, std::weak_ptr<Nic>> nics_;
+  std::atomic<uint64_t> nics_gen_{0};  // bumped (under mu_) when nics_ changes: serve()'s lookup cache
   std::string tcp_endpoint_;          // "tcp A:P" while the TCP listener runs
   std::string shm_endpoint_;          // "shm NAME host ..." while the shm listener runs
   int listen_fd_ = -1;

@@ -42,7 +42,7 @@ Fault check_shape(const Request& rq, const RequesterBuffers& rb) {
 }
 }  // namespace
 
-Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb) {
+Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb, QpCache* cache) {
   // Built only when needed: respond() runs per operation.
   auto gone = [&rq] {
     return Fault{kSynTransportRetry, "peer QP " + hex(rq.to_qpn) + " does not answer (destroyed, or its device closed)"};
@@ -50,7 +50,19 @@ Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb) {
   if (rq.to_node != nic.node)
     return {kSynTransportRetry, "request for node " + hex(rq.to_node) + " reached node " + hex(nic.node) + " (" +
                                     nic.name + ")"};
-  std::shared_ptr<emu::EmuQp> peer = nic.find_qp(rq.to_qpn);
+  std::shared_ptr<emu::EmuQp> peer;
+  if (cache) {
+    const uint64_t gen = nic.qp_generation.load(std::memory_order_acquire);
+    if (cache->nic != &nic || cache->qpn != rq.to_qpn || cache->gen != gen) {
+      cache->qp = nic.find_qp(rq.to_qpn);
+      cache->nic = &nic;
+      cache->qpn = rq.to_qpn;
+      cache->gen = gen;
+    }
+    peer = cache->qp.lock();
+  } else {
+    peer = nic.find_qp(rq.to_qpn);
+  }
   if (!peer) return gone();
   // Held while the responder side runs: ~QueuePair of the peer waits for it.
   std::shared_lock<std::shared_mutex> busy(peer->responder_mu);

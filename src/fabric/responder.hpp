@@ -3,6 +3,7 @@
 // touches this process's memory, and the guarded memory access after it.
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "fabric/wire.hpp"
 #include "providers/emu/emu.hpp"
@@ -39,6 +40,15 @@ struct RequesterBuffers {
 // The caller holds emu::memory_guard() shared (the engine does around a WQE;
 // a fabric's server thread must take it), so a deregistration can't free the
 // region mid-copy. Never throws except std::bad_alloc.
-emu::Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb);
+// With `cache` (one per calling thread, e.g. a link's server), the peer QP
+// found last is kept (weakly) and looked up again only when the QP number,
+// the NIC or its set of QPs (Nic::qp_generation) changed.
+struct QpCache {
+  const emu::Nic* nic = nullptr;
+  uint32_t qpn = 0;
+  uint64_t gen = ~0ull;
+  std::weak_ptr<emu::EmuQp> qp;
+};
+emu::Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb, QpCache* cache = nullptr);
 
 }  // namespace kinet::fabric
