@@ -205,7 +205,7 @@ void RemotePeer::recycle(std::shared_ptr<Call>&& c) {
   constexpr size_t kMaxSpareCalls = 4096;  // a window's worth
   if (!c) return;
   std::lock_guard<std::mutex> g(spare_mu_);
-  if (c->frame.capacity()) {
+  if (c->frame.capacity() > kInlineData) {
     if (spare_.size() < kMaxSpareFrames) spare_.push_back(std::move(c->frame));
     else std::vector<uint8_t>().swap(c->frame);  // a spare Call keeps no frame (up to 1 MiB each)
   }
@@ -314,10 +314,16 @@ void RemotePeer::receive() {
     c->why = f.response.why;
     c->old_value = f.response.old_value;
     c->len = f.response.len;
-    if (c->len) {
+    if (c->len > kInlineData) {
       const size_t off = static_cast<size_t>(f.response.payload - buf.data());
       c->frame.swap(buf);  // the data stays where it is: no copy
       c->data = c->frame.data() + off;
+    } else if (c->len) {
+      // Small data is copied into the Call's own buffer (kept when it is
+      // recycled): the receiver keeps its frame buffer, and neither side
+      // takes the spares' lock for it.
+      c->frame.assign(f.response.payload, f.response.payload + c->len);
+      c->data = c->frame.data();
     }
     c->done.store(true, std::memory_order_release);
   }

@@ -61,7 +61,9 @@ struct Call {
   uint8_t syndrome = 0;
   std::string why;
   uint64_t old_value = 0;
-  std::vector<uint8_t> frame;  // the Response frame: READ data is at `data`
+  // The Response frame, READ data at `data`; or, up to
+  // RemotePeer::kInlineData, a copy of the data alone.
+  std::vector<uint8_t> frame;
   const uint8_t* data = nullptr;
   uint64_t len = 0;
   fabric::Clock::time_point sent;
@@ -102,9 +104,12 @@ class RemotePeer {
   // holds it.
   void recycle(std::shared_ptr<Call>&& c);
   // Bytes of frame buffers the spares hold: at most kMaxSpareFrames frames
-  // (a spare Call holds none), whatever the number of spare Calls.
+  // and kInlineData per spare Call, whatever the number of spare Calls.
   size_t spare_frame_bytes();
   static constexpr size_t kMaxSpareFrames = 8;
+  // READ data up to this size is copied into the Call's own buffer (kept
+  // with the Call); larger data stays in the frame it came in.
+  static constexpr size_t kInlineData = 4096;
 
  private:
   std::unique_ptr<fabric::Link> link_;
