@@ -325,6 +325,78 @@ TEST(FabricPipelining, ManyRequestsBeforeTheFirstAnswer) {
   EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
 }
 
+// Corking (QpRunner::step_remote): unsignalled WRITEs rung one doorbell each
+// while a signalled WRITE's answer is on its way stay queued, and leave
+// together once that answer is in; the quiet behind them then completes.
+TEST(FabricCorking, UnsignalledWritesWaitForAnAnswerOnItsWay) {
+  std::atomic<int> early{0}, corked{0};
+  FakePeer fp([&](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame a;
+    recv_frame(l, &a);  // the signalled WRITE
+    std::vector<uint8_t> b;
+    if (l.recv(b, std::chrono::steady_clock::now() + 300ms)) early.store(1);  // nothing else yet
+    send(l, [&] {
+      std::vector<uint8_t> o;
+      fab::encode(ok_to(a.request), o);
+      return o;
+    }());
+    for (;;) {  // the four WRITEs, then the quiet's Flush
+      fab::Frame f;
+      recv_frame(l, &f);
+      if (f.request.kind == fab::OpKind::Write && (f.request.flags & fab::kAckLater)) corked.fetch_add(1);
+      std::vector<uint8_t> o;
+      fab::encode(ok_to(f.request), o);
+      send(l, o);
+      if (f.request.kind == fab::OpKind::Flush) break;
+    }
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  dev::Ticket t0;
+  ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kSignal, &t0),
+            Status::Ok);
+  for (int i = 1; i <= 4; ++i)  // a doorbell each, no completion asked
+    ASSERT_EQ(dev::put<X>(h, r.buf.data() + 64 * i, r.mr->lkey(), 0x1000 + 64 * i, kinet::Rkey{0x01020304}, 64, 0),
+              Status::Ok);
+  EXPECT_EQ(dev::wait<X>(h, t0), Status::Ok) << r.qp->last_error();
+  EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
+  EXPECT_EQ(early.load(), 0) << "an unsignalled WRITE left while the signalled one's answer was on its way";
+  EXPECT_EQ(corked.load(), 4);
+}
+
+// What a poster waits for is never corked: a signalled WRITE behind a corked
+// one leaves at once (taking it along) though an earlier answer is still out.
+TEST(FabricCorking, ASignalledWriteTakesTheCorkedOnesAlong) {
+  std::atomic<int> seen{0};
+  FakePeer fp([&](fab::TcpLink& l) {
+    hello_back(l);
+    std::vector<fab::Request> rqs;
+    for (int i = 0; i < 3; ++i) {  // all three before any answer
+      fab::Frame f;
+      recv_frame(l, &f);
+      rqs.push_back(f.request);
+      seen.fetch_add(1);
+    }
+    std::vector<uint8_t> o;
+    for (const auto& rq : rqs) fab::encode(ok_to(rq), o);
+    send(l, o);
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  dev::Ticket t0, t2;
+  ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kSignal, &t0),
+            Status::Ok);
+  ASSERT_EQ(dev::put<X>(h, r.buf.data() + 64, r.mr->lkey(), 0x1040, kinet::Rkey{0x01020304}, 64, 0), Status::Ok);
+  ASSERT_EQ(dev::put<X>(h, r.buf.data() + 128, r.mr->lkey(), 0x1080, kinet::Rkey{0x01020304}, 64, dev::kSignal, &t2),
+            Status::Ok);
+  EXPECT_EQ(dev::wait<X>(h, t2), Status::Ok) << r.qp->last_error();
+  EXPECT_EQ(dev::wait<X>(h, t0), Status::Ok) << r.qp->last_error();
+  EXPECT_EQ(seen.load(), 3);
+}
+
 // In order: a WRITE whose source an earlier READ fills is sent only after the
 // READ's data landed, so it carries that data.
 TEST(FabricPipelining, WriteAfterReadCarriesTheReadData) {

@@ -131,6 +131,7 @@ struct EmuQp {
       int sge = -1;          // -1: inline data or no SGE
       uint64_t sge_off = 0;  // offset in that SGE (or in the inline data)
       std::shared_ptr<Call> call;
+      bool urgent = false;  // sent without kAckLater: its answer comes at once
     };
     std::vector<Chunk> chunks;
     size_t sent = 0, reaped = 0;
@@ -163,6 +164,10 @@ struct EmuQp {
   std::shared_ptr<RemotePeer> peer;
   // Engine-only: bytes of this QP's Requests not yet answered (flow control).
   uint64_t remote_out_bytes = 0;
+  // Engine-only: of those, Requests sent without kAckLater (their answers
+  // are not held back). While one is out, a pass that started only
+  // kAckLater Requests leaves them queued (QpRunner::step_remote).
+  uint64_t remote_urgent_out = 0;
   // Engine-only: a bad doorbell, reported on the WQE at this index.
   uint64_t doorbell_fault_idx = ~0ull;
   std::string doorbell_fault;

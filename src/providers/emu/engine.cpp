@@ -99,6 +99,7 @@ void Nic::quiesce_qp(EmuQp& qp) {
     std::lock_guard<std::mutex> g(qp.exec_mu);  // the engine is not inside this QP
     if (!qp.destroyed.load(std::memory_order_acquire)) {
       QpRunner r(*this, qp);
+      if (qp.peer) qp.peer->flush();  // Requests a pass left queued (corked) go as they would have
       try {
         r.flush_all();
       } catch (const std::exception& e) {  // a CQ in GPU memory CUDA can no longer reach
@@ -119,8 +120,10 @@ void Nic::reset_qp(EmuQp& qp, const std::function<void()>& reinit) {
   if (qp.destroyed.load(std::memory_order_acquire)) return;
   qp.window.clear();
   qp.read_atomic_end = 0;  // indices start again at 0
+  if (qp.peer) qp.peer->flush();  // Requests a pass left queued (corked) go as they would have
   qp.peer.reset();  // the QP answers no one until connected again
   qp.remote_out_bytes = 0;
+  qp.remote_urgent_out = 0;
   qp.sq_ci = 0;
   qp.sq_announced = 0;
   qp.cq_pi = 0;

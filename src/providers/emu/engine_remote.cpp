@@ -12,11 +12,24 @@ namespace kinet::emu::engine {
 // engine.cpp). Returns true if anything happened. Caller holds qp.exec_mu.
 // The Requests a pass starts leave together when it ends (RemotePeer::start:
 // one send(2) for all the WQEs one doorbell announced, not one per WQE).
+//
+// Corking: a pass that started only kAckLater Requests (unsignalled WRITEs,
+// whose answers nobody waits for) while an earlier Request of this QP without
+// the flag is still unanswered leaves them queued: that answer is on its way
+// (a responder never holds it back), and the first pass after it arrives, or
+// the next pass that starts a Request without the flag, sends them all. A
+// poster that rings a doorbell per WQE then costs a send(2) per round trip,
+// not one per WQE. Nothing anyone waits for is held back: a signalled WQE, a
+// READ, an atomic and a quiet's Flush leave at once, with everything queued
+// before them.
 bool QpRunner::step_remote() {
   struct FlushAtEnd {
-    RemotePeer& peer;
-    ~FlushAtEnd() { peer.flush(); }
-  } flush_at_end{*qp_.peer};
+    QpRunner& r;
+    ~FlushAtEnd() {
+      const bool cork = !r.urgent_started_ && r.qp_.remote_urgent_out > 0 && r.state() != QpState::Error;
+      if (!cork) r.qp_.peer->flush();
+    }
+  } flush_at_end{*this};
   return pass_remote();
 }
 
@@ -26,6 +39,7 @@ bool QpRunner::pass_remote() {
     if (state() == QpState::Error) {
       if (!flush_window()) return true;
       qp_.remote_out_bytes = 0;  // answers still due are dropped with their WQEs
+      qp_.remote_urgent_out = 0;
       while (qp_.sq_ci < qp_.sq_announced) {
         if (!flush_cqe(qp_.sq_ci, slot_opcode(qp_.sq_ci))) return true;
         ++qp_.sq_ci;
@@ -197,6 +211,11 @@ bool QpRunner::pump(InFlight& e) {
     }
     if (e.fault_syndrome) break;
     c.call = qp_.peer->start(rq);
+    c.urgent = !(rq.flags & fabric::kAckLater);
+    if (c.urgent) {
+      ++qp_.remote_urgent_out;
+      urgent_started_ = true;
+    }
     qp_.remote_out_bytes += cost(c);
     ++e.sent;
     any = true;
@@ -215,6 +234,7 @@ bool QpRunner::reap(InFlight& e) {
     if (!c.call->done.load(std::memory_order_acquire)) break;
     const Call& a = *c.call;
     qp_.remote_out_bytes -= std::min(qp_.remote_out_bytes, cost(c));
+    if (c.urgent && qp_.remote_urgent_out) --qp_.remote_urgent_out;
     if (e.fault_syndrome) {
       // an earlier chunk failed: later answers are dropped
     } else if (a.lost) {
