@@ -98,6 +98,15 @@ struct Rig {
     rq.payload = payload.data();
     return peer->start(rq);
   }
+  std::shared_ptr<Call> read(uint64_t len) {
+    fab::Request rq;
+    rq.from_node = 1;
+    rq.to_node = 2;
+    rq.kind = fab::OpKind::Read;
+    rq.raddr = 0x1000;
+    rq.len = len;
+    return peer->start(rq);
+  }
 };
 
 // The frames of one send, decoded in order (each Request's seq and length).
@@ -204,15 +213,7 @@ TEST(FabricSendBatch, RecycledCallsKeepAtMostAFewFrames) {
   constexpr uint64_t kLen = 256 * 1024;
   const size_t n = RemotePeer::kMaxSpareFrames + 4;
   std::vector<std::shared_ptr<Call>> calls;
-  for (size_t i = 0; i < n; ++i) {
-    fab::Request rq;
-    rq.from_node = 1;
-    rq.to_node = 2;
-    rq.kind = fab::OpKind::Read;
-    rq.raddr = 0x1000;
-    rq.len = kLen;
-    calls.push_back(r.peer->start(rq));
-  }
+  for (size_t i = 0; i < n; ++i) calls.push_back(r.read(kLen));
   r.peer->flush();
   for (const auto& c : calls) {  // each answered with its data, in order
     fab::Response a;
@@ -259,13 +260,7 @@ TEST(FabricSendBatch, ReadDataOfEverySizeLandsThroughReusedCalls) {
   const uint64_t k = RemotePeer::kInlineData;
   for (int round = 0; round < 3; ++round) {
     for (uint64_t len : {uint64_t{1}, k - 1, k, k + 1, uint64_t{64 * 1024}, uint64_t{8}}) {
-      fab::Request rq;
-      rq.from_node = 1;
-      rq.to_node = 2;
-      rq.kind = fab::OpKind::Read;
-      rq.raddr = 0x1000;
-      rq.len = len;
-      auto c = r.peer->start(rq);
+      auto c = r.read(len);
       r.peer->flush();
       const size_t off = static_cast<size_t>(round * 13 + len % 17);  // different bytes each time
       fab::Response a;
