@@ -121,6 +121,7 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
   std::lock_guard<std::mutex> s(send_mu_);
   if (lost_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(mu_);
+    c->seq = 0;  // never sent: "left" for sent_through()
     complete_lost(*c, why_);
     return c;
   }
@@ -128,6 +129,7 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
   c->seq = rq.seq;
   c->later = rq.flags & fabric::kAckLater;
   queued_.push_back(c);
+  has_queued_.store(true, std::memory_order_release);
   // A large WRITE's payload goes from where the engine read it: one copy
   // fewer per byte than joining it to the header; it leaves now, with the
   // Requests queued before it (the engine reuses the payload's buffer).
@@ -154,6 +156,8 @@ void RemotePeer::send_locked(const uint8_t* body, size_t n) {
     // The queued Calls become pending before their Requests leave (an
     // answer can't overtake its Request), in one lock for the whole batch.
     std::lock_guard<std::mutex> g(mu_);
+    sent_through_.store(seq_, std::memory_order_release);
+    has_queued_.store(false, std::memory_order_release);
     if (lost_.load(std::memory_order_acquire)) {  // lost since they were queued
       for (auto& c : queued_) complete_lost(*c, why_);
       queued_.clear();

@@ -90,6 +90,11 @@ class RemotePeer {
   std::shared_ptr<Call> start(fabric::Request rq);
   // Sends what start() queued (nothing: no syscall). Never throws.
   void flush();
+  // The newest seq that has left (or was completed lost): a Call with a
+  // seq at most this is pending at the peer, or done.
+  uint64_t sent_through() const { return sent_through_.load(std::memory_order_acquire); }
+  // Whether start() queued Requests that have not left yet.
+  bool has_queued() const { return has_queued_.load(std::memory_order_acquire); }
   // A queue this size or larger leaves at once.
   static constexpr size_t kSendBatchBytes = 64 * 1024;
   // WRITE payloads from this size on leave in place (Link::send_parts), with
@@ -127,6 +132,8 @@ class RemotePeer {
   std::vector<uint8_t> buf_;  // encoded Requests queued by start(), not yet sent
   // Their Calls, in seq order: pending_ takes them when buf_ leaves.
   std::vector<std::shared_ptr<Call>> queued_;
+  std::atomic<uint64_t> sent_through_{0};
+  std::atomic<bool> has_queued_{false};
   // Sends buf_ (then `body`, the payload of its last frame, when not null)
   // and empties it; a link fault loses the peer. Caller holds send_mu_.
   void send_locked(const uint8_t* body, size_t n);

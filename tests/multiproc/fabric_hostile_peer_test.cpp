@@ -327,7 +327,8 @@ TEST(FabricPipelining, ManyRequestsBeforeTheFirstAnswer) {
 
 // Corking (QpRunner::step_remote): unsignalled WRITEs rung one doorbell each
 // while a signalled WRITE's answer is on its way stay queued, and leave
-// together once that answer is in; the quiet behind them then completes.
+// together once that answer is in (the poster polls its CQ meanwhile); the
+// quiet behind them then completes.
 TEST(FabricCorking, UnsignalledWritesWaitForAnAnswerOnItsWay) {
   std::atomic<int> early{0}, corked{0};
   FakePeer fp([&](fab::TcpLink& l) {
@@ -364,6 +365,49 @@ TEST(FabricCorking, UnsignalledWritesWaitForAnAnswerOnItsWay) {
   EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
   EXPECT_EQ(early.load(), 0) << "an unsignalled WRITE left while the signalled one's answer was on its way";
   EXPECT_EQ(corked.load(), 4);
+}
+
+// READs of unsignalled WQEs are corked the same way, and their data lands
+// once the quiet behind them completes.
+TEST(FabricCorking, UnsignalledReadsWaitForAnAnswerOnItsWay) {
+  std::atomic<int> early{0}, reads{0};
+  FakePeer fp([&](fab::TcpLink& l) {
+    hello_back(l);
+    fab::Frame a;
+    recv_frame(l, &a);  // the signalled WRITE
+    std::vector<uint8_t> b;
+    if (l.recv(b, std::chrono::steady_clock::now() + 300ms)) early.store(1);
+    std::vector<uint8_t> o;
+    fab::encode(ok_to(a.request), o);
+    send(l, o);
+    const std::vector<uint8_t> data(64, 0xd7);
+    for (int i = 0; i < 2; ++i) {  // the two READs (the quiet needs no Flush: no answer is held)
+      fab::Frame f;
+      recv_frame(l, &f);
+      fab::Response r = ok_to(f.request);
+      if (f.request.kind == fab::OpKind::Read) {
+        reads.fetch_add(1);
+        r.len = f.request.len;
+        r.payload = data.data();
+      }
+      o.clear();
+      fab::encode(r, o);
+      send(l, o);
+    }
+  });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  dev::Ticket t0;
+  ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kSignal, &t0),
+            Status::Ok);
+  for (int i = 1; i <= 2; ++i)  // a doorbell each, no completion asked
+    ASSERT_EQ(dev::get<X>(h, r.buf.data() + 64 * i, r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, 0, nullptr),
+              Status::Ok);
+  EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
+  EXPECT_EQ(early.load(), 0) << "an unsignalled READ left while the signalled WRITE's answer was on its way";
+  EXPECT_EQ(reads.load(), 2);
+  for (int i = 64; i < 192; ++i) EXPECT_EQ(std::atomic_ref<uint8_t>(r.buf[i]).load(), 0xd7) << i;
 }
 
 // What a poster waits for is never corked: a signalled WRITE behind a corked

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -164,10 +165,11 @@ struct EmuQp {
   std::shared_ptr<RemotePeer> peer;
   // Engine-only: bytes of this QP's Requests not yet answered (flow control).
   uint64_t remote_out_bytes = 0;
-  // Engine-only: of those, Requests sent without kAckLater (their answers
-  // are not held back). While one is out, a pass that started only
-  // kAckLater Requests leaves them queued (QpRunner::step_remote).
-  uint64_t remote_urgent_out = 0;
+  // Engine-only: seqs of this QP's Requests sent without kAckLater (their
+  // answers are never held back) and not yet answered, oldest first. While
+  // the oldest has left, a pass that started nothing for a signalled WQE
+  // leaves its Requests queued (QpRunner::step_remote).
+  std::deque<uint64_t> urgent_seqs;
   // Engine-only: a bad doorbell, reported on the WQE at this index.
   uint64_t doorbell_fault_idx = ~0ull;
   std::string doorbell_fault;

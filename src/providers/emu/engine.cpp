@@ -123,7 +123,7 @@ void Nic::reset_qp(EmuQp& qp, const std::function<void()>& reinit) {
   if (qp.peer) qp.peer->flush();  // Requests a pass left queued (corked) go as they would have
   qp.peer.reset();  // the QP answers no one until connected again
   qp.remote_out_bytes = 0;
-  qp.remote_urgent_out = 0;
+  qp.urgent_seqs.clear();
   qp.sq_ci = 0;
   qp.sq_announced = 0;
   qp.cq_pi = 0;

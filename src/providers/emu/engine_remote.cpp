@@ -13,25 +13,35 @@ namespace kinet::emu::engine {
 // The Requests a pass starts leave together when it ends (RemotePeer::start:
 // one send(2) for all the WQEs one doorbell announced, not one per WQE).
 //
-// Corking: a pass that started only kAckLater Requests (unsignalled WRITEs,
-// whose answers nobody waits for) while an earlier Request of this QP without
-// the flag is still unanswered leaves them queued: that answer is on its way
-// (a responder never holds it back), and the first pass after it arrives, or
-// the next pass that starts a Request without the flag, sends them all. A
-// poster that rings a doorbell per WQE then costs a send(2) per round trip,
-// not one per WQE. Nothing anyone waits for is held back: a signalled WQE, a
-// READ, an atomic and a quiet's Flush leave at once, with everything queued
-// before them.
+// Corking: a pass that started no Request of a signalled WQE (nobody polls
+// for the completion of the others) while an answer of this QP is on its way
+// leaves its Requests queued: the oldest unanswered Request sent without
+// kAckLater has left, and a responder never holds such an answer back. The
+// first pass after it arrives, or the next one that starts a Request of a
+// signalled WQE (or a quiet's Flush), sends them all. A poster that rings a
+// doorbell per WQE then costs a send(2) per round trip, not one per WQE. A
+// pass that corks counts as work, so the engine thread keeps looking (no
+// idle sleep) until the answer is in: a poster that polls memory, not its
+// CQ, waits a round trip at most.
 bool QpRunner::step_remote() {
-  struct FlushAtEnd {
-    QpRunner& r;
-    ~FlushAtEnd() {
-      const bool cork = !r.urgent_started_ && r.qp_.remote_urgent_out > 0 && r.state() != QpState::Error;
-      if (!cork) r.qp_.peer->flush();
-    }
-  } flush_at_end{*this};
-  return pass_remote();
+  bool corked = false;
+  {
+    struct FlushAtEnd {
+      QpRunner& r;
+      bool& corked;
+      ~FlushAtEnd() {
+        const auto& u = r.qp_.urgent_seqs;
+        const bool cork = !r.signaled_started_ && !u.empty() && u.front() <= r.qp_.peer->sent_through() &&
+                          r.state() != QpState::Error;
+        if (!cork) r.qp_.peer->flush();
+        else corked = r.qp_.peer->has_queued();  // something waits: keep looking
+      }
+    } flush_at_end{*this, corked};
+    if (pass_remote()) return true;
+  }
+  return corked;
 }
+
 
 bool QpRunner::pass_remote() {
   bool work = take_doorbell();
@@ -39,7 +49,7 @@ bool QpRunner::pass_remote() {
     if (state() == QpState::Error) {
       if (!flush_window()) return true;
       qp_.remote_out_bytes = 0;  // answers still due are dropped with their WQEs
-      qp_.remote_urgent_out = 0;
+      qp_.urgent_seqs.clear();
       while (qp_.sq_ci < qp_.sq_announced) {
         if (!flush_cqe(qp_.sq_ci, slot_opcode(qp_.sq_ci))) return true;
         ++qp_.sq_ci;
@@ -212,10 +222,8 @@ bool QpRunner::pump(InFlight& e) {
     if (e.fault_syndrome) break;
     c.call = qp_.peer->start(rq);
     c.urgent = !(rq.flags & fabric::kAckLater);
-    if (c.urgent) {
-      ++qp_.remote_urgent_out;
-      urgent_started_ = true;
-    }
+    if (c.urgent) qp_.urgent_seqs.push_back(c.call->seq);
+    if (w.signaled) signaled_started_ = true;  // a quiet's Flush too: only a signalled NOP sends one
     qp_.remote_out_bytes += cost(c);
     ++e.sent;
     any = true;
@@ -234,7 +242,7 @@ bool QpRunner::reap(InFlight& e) {
     if (!c.call->done.load(std::memory_order_acquire)) break;
     const Call& a = *c.call;
     qp_.remote_out_bytes -= std::min(qp_.remote_out_bytes, cost(c));
-    if (c.urgent && qp_.remote_urgent_out) --qp_.remote_urgent_out;
+    if (c.urgent && !qp_.urgent_seqs.empty()) qp_.urgent_seqs.pop_front();  // answers come in order
     if (e.fault_syndrome) {
       // an earlier chunk failed: later answers are dropped
     } else if (a.lost) {

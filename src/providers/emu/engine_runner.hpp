@@ -140,7 +140,7 @@ class QpRunner {
  private:
   Nic& nic_;
   EmuQp& qp_;
-  bool urgent_started_ = false;  // this pass started a Request without kAckLater (step_remote)
+  bool signaled_started_ = false;  // this pass started a Request of a signalled WQE (step_remote)
 
   uint32_t depth() const { return 1u << qp_.log_n; }
   QpState state() const { return qp_.state.load(std::memory_order_acquire); }
