@@ -22,7 +22,12 @@ namespace kinet::emu::engine {
 // doorbell per WQE then costs a send(2) per round trip, not one per WQE. A
 // pass that corks counts as work, so the engine thread keeps looking (no
 // idle sleep) until the answer is in: a poster that polls memory, not its
-// CQ, waits a round trip at most.
+// CQ, waits a round trip at most while the engine thread is busy (up to
+// KINET_EMU_KICKED_IDLE_US more when its QPs are all kicked by posters and it
+// rests; waking it from a corking pass cost more than it saved: write_bw
+// and read_bw with a doorbell per WQE fell by a third). Only a deep pipeline
+// corks (kCorkMinWindow WQEs in flight or more): a ping-pong, with one or
+// two, sends at once and keeps its latency.
 bool QpRunner::step_remote() {
   bool corked = false;
   {
@@ -31,8 +36,8 @@ bool QpRunner::step_remote() {
       bool& corked;
       ~FlushAtEnd() {
         const auto& u = r.qp_.urgent_seqs;
-        const bool cork = !r.signaled_started_ && !u.empty() && u.front() <= r.qp_.peer->sent_through() &&
-                          r.state() != QpState::Error;
+        const bool cork = !r.signaled_started_ && r.qp_.window.size() >= kCorkMinWindow && !u.empty() &&
+                          u.front() <= r.qp_.peer->sent_through() && r.state() != QpState::Error;
         if (!cork) r.qp_.peer->flush();
         else corked = r.qp_.peer->has_queued();  // something waits: keep looking
       }

@@ -29,6 +29,8 @@ inline constexpr uint64_t kMaxSnapshot = 1u << 20;
 inline constexpr uint64_t kRemoteOutBytes = 16u << 20;
 inline constexpr uint64_t kMinChunkCost = 4096;
 inline constexpr size_t kRemoteWindow = 4096;
+// Corking (engine_remote.cpp) needs at least this many WQEs in flight.
+inline constexpr size_t kCorkMinWindow = 8;
 
 inline uint32_t load_be32_acquire(uint32_t* p) {
   const uint32_t raw = load_acquire<Scope::System>(p);
