@@ -558,7 +558,7 @@ void RemoteFabric::serve(Inbound& in) {
     bool urgent = false;  // an answer that may not wait is in `out`
     Clock::time_point held_since{};
     uint64_t run_last = 0;  // the run of held answers not yet in `out`: seqs
-    uint32_t run_n = 0;     // run_last - run_n + 1 .. run_last (run_n < run_last + 1)
+    uint32_t run_n = 0;     // run_last - run_n + 1 .. run_last (run_n <= run_last, <= kMaxHeld)
     auto close_run = [&] {  // the run as one Response at the end of `out`
       if (!run_n) return;
       fabric::Response a;
@@ -636,9 +636,9 @@ void RemoteFabric::serve(Inbound& in) {
       if ((f.request.flags & fabric::kAckLater) && !r.syndrome) {
         if (out.empty() && !run_n) held_since = Clock::now();
         ++held;
-        if (run_n && r.seq == run_last + 1 && r.seq > run_n) {
+        if (run_n && run_n < kMaxHeld && r.seq == run_last + 1 && r.seq > run_n) {
           ++run_n;
-        } else {
+        } else {  // a new run (a gap in the seqs, or the last one is full)
           close_run();
           run_n = 1;
         }

@@ -81,8 +81,8 @@ class RemotePeer {
   // queue reaches kSendBatchBytes, and with a WRITE whose payload is sent in
   // place (kGatherBytes or more: `rq.payload` is read before start returns).
   // Every caller flush()es before it waits for an answer or lets go of the
-  // QP (the engine: at the end of each pass, unless the pass only started
-  // kAckLater Requests while another answer of the QP is on its way:
+  // QP (the engine: at the end of each pass, unless the pass started no
+  // Request of a signalled WQE while an answer of the QP is on its way:
   // QpRunner::step_remote; at teardown and reset in any case). Never throws
   // on a link fault: the Call then comes back done and lost (at the next
   // flush() for a queued one). May block up to the peer timeout while the
