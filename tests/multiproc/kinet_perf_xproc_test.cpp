@@ -121,6 +121,34 @@ TEST(KinetPerfXproc, LoopbackRunReportsKinetBesideTcp) {
   }
 }
 
+// A client's bandwidth tests stream at least 32 MiB per size by default (at
+// most 200,000 messages; 5,000 at least, fewer above 64 KiB as before), so the
+// TCP baseline outgrows its socket buffers; latency keeps its 1,000.
+TEST(KinetPerfXproc, DefaultBandwidthStreamsAreLong) {
+  SKIP_UNDER_TSAN();
+  Server sv = start_server("20000");
+  ASSERT_GT(sv.proc.pid, 0) << "cannot start " << KINET_PERF;
+  ASSERT_GT(sv.port, 0) << sv.proc.out;
+  const std::string json = temp_json();
+  Proc client = kinet::test::spawn({KINET_PERF, "--client", "127.0.0.1:" + std::to_string(sv.port), "--test",
+                                    "write_lat,write_bw", "-s", "4096", "--no-baseline", "--timeout-ms", "20000",
+                                    "--json", json},
+                                   {"KINET_SOCKET_IFNAME==lo"});
+  ASSERT_GT(client.pid, 0);
+  std::vector<Proc> ps{sv.proc, client};
+  kinet::test::wait_all(ps, 120s);
+  ASSERT_FALSE(ps[1].timed_out) << ps[1].out;
+  ASSERT_EQ(ps[1].exit_code, 0) << "client:\n" << ps[1].out;
+  std::ifstream f(json);
+  ASSERT_TRUE(f.good()) << json;
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::remove(json.c_str());
+  const auto& rs = j.at("results");
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[0].at("iterations"), 1000);       // write_lat
+  EXPECT_EQ(rs[1].at("iterations"), 32 * 256);   // write_bw: 32 MiB of 4 KiB
+}
+
 // --post-list: one doorbell per 5 operations, a completion asked every 6, 6
 // in flight: the wait for the 6th needs it announced, though its list is not
 // full (a wait that did not ring would time out), and every operation

@@ -101,7 +101,8 @@ Options parse_options(int argc, char** argv) {
   auto* o_max = app.add_option("--max-size", max_size_s, "largest size of --sweep (default 1M)");
   app.add_option("-n,--iters", o.iters,
                  "measured iterations per size (default 1000 for latency, 5000 for bandwidth tests, scaled down "
-                 "above 64 KiB so each size stays short)")
+                 "above 64 KiB so each size stays short; a --client's bandwidth tests: at least 32 MiB per size, "
+                 "up to 200000 messages, so that the TCP baseline's stream outgrows its socket buffers)")
       ->check(CLI::Range(uint64_t{1}, UINT64_MAX));
   auto* o_warmup = app.add_option("--warmup", warmup,
                                   "unmeasured iterations before each size (default: latency iters/10, at most 100; "
