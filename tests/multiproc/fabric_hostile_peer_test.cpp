@@ -328,11 +328,11 @@ TEST(FabricPipelining, ManyRequestsBeforeTheFirstAnswer) {
 // Corking (QpRunner::step_remote): in a deep pipeline (kCorkMinWindow, 8
 // WQEs in flight), Requests of unsignalled WQEs rung one doorbell each while
 // a signalled WRITE's answer is on its way stay queued, and leave once that
-// answer is in. The fake peer holds the answer until 300 ms pass with nothing
+// answer is in. The fake peer holds the answer until 500 ms pass with nothing
 // new; the first few (a shallow pipeline) came at once, the rest only after.
 struct CorkScript {
   std::atomic<int> before{0}, after{0};  // Requests seen before / after the answer
-  // Answers the signalled WRITE and everything seen before once 300 ms pass
+  // Answers the signalled WRITE and everything seen before once 500 ms pass
   // quietly, then every later Request (READs with 64 bytes of 0xd7).
   void run(fab::TcpLink& l) {
     hello_back(l);
@@ -341,7 +341,7 @@ struct CorkScript {
     recv_frame(l, &f);  // the signalled WRITE
     seen.push_back(f.request);
     std::vector<uint8_t> b;
-    while (l.recv(b, std::chrono::steady_clock::now() + 300ms)) {
+    while (l.recv(b, std::chrono::steady_clock::now() + 500ms)) {
       std::string why;
       if (!fab::decode(b.data(), b.size(), &f, &why)) throw std::runtime_error(why);
       seen.push_back(f.request);
