@@ -154,24 +154,32 @@ struct Rig {
 
 std::string lost(const std::string& ep) { return "peer emu node 0x123456789abcdef0 at " + ep + " lost: "; }
 
-TEST(FabricHostilePeer, AnswerToARequestNeverMade) {
-  FakePeer fp([](fab::TcpLink& l) {
+// One READ against a fake peer that answers it with what `crafted` makes of
+// it: the peer is lost with a reason containing `why`, and nothing lands.
+void expect_read_loses_peer(std::function<fab::Response(const fab::Request&)> crafted, const std::string& why) {
+  FakePeer fp([crafted](fab::TcpLink& l) {
     hello_back(l);
     fab::Frame f;
     recv_frame(l, &f);
-    fab::Response r;
-    r.seq = f.request.seq + 1000;
     std::vector<uint8_t> b;
-    fab::encode(r, b);
+    fab::encode(crafted(f.request), b);
     send(l, b);
   });
   Rig r(fp.endpoint());
   r.qp->connect(r.peer);
   EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
-  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "answered request 1001, which is not pending"),
-            std::string::npos)
-      << r.qp->last_error();
+  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + why), std::string::npos) << r.qp->last_error();
   EXPECT_TRUE(r.untouched());
+}
+
+TEST(FabricHostilePeer, AnswerToARequestNeverMade) {
+  expect_read_loses_peer(
+      [](const fab::Request& rq) {
+        fab::Response r;
+        r.seq = rq.seq + 1000;
+        return r;
+      },
+      "answered request 1001, which is not pending");
 }
 
 TEST(FabricHostilePeer, GarbageInsteadOfAFrame) {
@@ -214,6 +222,18 @@ fab::Response ok_to(const fab::Request& rq) {
   r.seq = rq.seq;
   return r;
 }
+// Answers READ `rq` with rq.len bytes of `fill` (at most 64), covering the
+// `covers` Requests before it.
+void answer_read(fab::TcpLink& l, const fab::Request& rq, uint8_t fill, uint32_t covers = 0) {
+  const std::vector<uint8_t> data(64, fill);
+  fab::Response r = ok_to(rq);
+  r.covers = covers;
+  r.len = std::min<uint64_t>(rq.len, data.size());
+  r.payload = data.data();
+  std::vector<uint8_t> b;
+  fab::encode(r, b);
+  send(l, b);
+}
 
 // Answers come in the order the Requests went: a peer that answers the
 // second before the first is lost, and nothing lands.
@@ -250,14 +270,7 @@ TEST(FabricHostilePeer, ACumulativeAnswerOverAReadIsRefused) {
     fab::Frame a, b;
     recv_frame(l, &a);
     recv_frame(l, &b);
-    fab::Response r = ok_to(b.request);
-    r.covers = 1;
-    r.len = 64;
-    const std::vector<uint8_t> data(64, 0xee);
-    r.payload = data.data();
-    std::vector<uint8_t> out;
-    fab::encode(r, out);
-    send(l, out);
+    answer_read(l, b.request, 0xee, 1);
   });
   Rig r(fp.endpoint());
   r.qp->connect(r.peer);
@@ -276,24 +289,14 @@ TEST(FabricHostilePeer, ACumulativeAnswerOverAReadIsRefused) {
 
 // A cumulative answer that reaches past what was asked loses the peer.
 TEST(FabricHostilePeer, ACumulativeAnswerPastTheRequests) {
-  FakePeer fp([](fab::TcpLink& l) {
-    hello_back(l);
-    fab::Frame a;
-    recv_frame(l, &a);
-    fab::Response r = ok_to(a.request);
-    r.seq += 1;
-    r.covers = 1;
-    std::vector<uint8_t> out;
-    fab::encode(r, out);
-    send(l, out);
-  });
-  Rig r(fp.endpoint());
-  r.qp->connect(r.peer);
-  EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
-  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "answered requests 1..2, which are not all pending"),
-            std::string::npos)
-      << r.qp->last_error();
-  EXPECT_TRUE(r.untouched());
+  expect_read_loses_peer(
+      [](const fab::Request& rq) {
+        fab::Response r = ok_to(rq);
+        r.seq += 1;
+        r.covers = 1;
+        return r;
+      },
+      "answered requests 1..2, which are not all pending");
 }
 
 // Operations are pipelined: the peer sees all eight WRITEs of one doorbell
@@ -367,7 +370,10 @@ struct CorkScript {
   }
 };
 
-TEST(FabricCorking, UnsignalledWritesWaitForAnAnswerOnItsWay) {
+// A signalled WRITE, then 16 unsignalled WRITEs or READs with a doorbell
+// each, then a quiet: some leave at once, the rest once the first is
+// answered; every one is answered, READ data lands.
+void cork_case(bool reads) {
   constexpr int kN = 16;
   CorkScript cs;
   FakePeer fp([&](fab::TcpLink& l) { cs.run(l); });
@@ -377,36 +383,26 @@ TEST(FabricCorking, UnsignalledWritesWaitForAnAnswerOnItsWay) {
   dev::Ticket t0;
   ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kSignal, &t0),
             Status::Ok);
-  for (int i = 1; i <= kN; ++i)  // a doorbell each, no completion asked
-    ASSERT_EQ(dev::put<X>(h, r.buf.data() + 64 * i, r.mr->lkey(), 0x1000 + 64 * i, kinet::Rkey{0x01020304}, 64, 0),
+  for (int i = 1; i <= kN; ++i) {  // a doorbell each, no completion asked
+    uint8_t* local = r.buf.data() + 64 * i;
+    ASSERT_EQ(reads ? dev::get<X>(h, local, r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, 0, nullptr)
+                    : dev::put<X>(h, local, r.mr->lkey(), 0x1000 + 64 * i, kinet::Rkey{0x01020304}, 64, 0),
               Status::Ok);
+  }
   EXPECT_EQ(dev::wait<X>(h, t0), Status::Ok) << r.qp->last_error();
   EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
-  EXPECT_LT(cs.before.load(), kN) << "no WRITE was corked behind the signalled one's answer";
-  EXPECT_GE(cs.before.load(), 1) << "the first WRITEs (a shallow pipeline) were corked too";
+  EXPECT_LT(cs.before.load(), kN) << "nothing was corked behind the signalled WRITE's answer";
+  EXPECT_GE(cs.before.load(), 1) << "the first ones (a shallow pipeline) were corked too";
   EXPECT_EQ(cs.before.load() + cs.after.load(), kN);
+  if (reads) {
+    for (int i = 64; i < 64 * (kN + 1); ++i) EXPECT_EQ(std::atomic_ref<uint8_t>(r.buf[i]).load(), 0xd7) << i;
+  }
 }
 
-// READs of unsignalled WQEs are corked the same way, and their data lands
-// once the quiet behind them completes.
-TEST(FabricCorking, UnsignalledReadsWaitForAnAnswerOnItsWay) {
-  constexpr int kN = 16;
-  CorkScript cs;
-  FakePeer fp([&](fab::TcpLink& l) { cs.run(l); });
-  Rig r(fp.endpoint());
-  r.qp->connect(r.peer);
-  const auto h = r.qp->handle();
-  dev::Ticket t0;
-  ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kSignal, &t0),
-            Status::Ok);
-  for (int i = 1; i <= kN; ++i)  // a doorbell each, no completion asked
-    ASSERT_EQ(dev::get<X>(h, r.buf.data() + 64 * i, r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, 0, nullptr),
-              Status::Ok);
-  EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
-  EXPECT_LT(cs.before.load(), kN) << "no READ was corked behind the signalled WRITE's answer";
-  EXPECT_EQ(cs.before.load() + cs.after.load(), kN);
-  for (int i = 64; i < 64 * (kN + 1); ++i) EXPECT_EQ(std::atomic_ref<uint8_t>(r.buf[i]).load(), 0xd7) << i;
-}
+TEST(FabricCorking, UnsignalledWritesWaitForAnAnswerOnItsWay) { cork_case(false); }
+
+// READs of unsignalled WQEs are corked the same way.
+TEST(FabricCorking, UnsignalledReadsWaitForAnAnswerOnItsWay) { cork_case(true); }
 
 // What a poster waits for is never corked: a signalled WRITE behind a corked
 // one leaves at once (taking it along) though an earlier answer is still out.
@@ -497,13 +493,7 @@ TEST(FabricLanding, ReadDataAfterDeregistrationDoesNotLand) {
     recv_frame(l, &f);
     step.store(1);
     if (!wait_for(2)) return;
-    std::vector<uint8_t> data(64, 0xee);
-    fab::Response r = ok_to(f.request);
-    r.len = 64;
-    r.payload = data.data();
-    std::vector<uint8_t> b;
-    fab::encode(r, b);
-    send(l, b);
+    answer_read(l, f.request, 0xee);
   });
   Rig r(fp.endpoint());
   r.qp->connect(r.peer);
