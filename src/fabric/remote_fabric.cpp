@@ -106,7 +106,7 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
     }
   }
   if (c) {
-    Call& k = *c;  // as new (its frame went to spare_ when it was recycled)
+    Call& k = *c;  // as new (it keeps a frame buffer of at most kInlineData: recycle())
     k.done.store(false, std::memory_order_relaxed);
     k.lost = false;
     k.syndrome = 0;
@@ -559,6 +559,7 @@ void RemoteFabric::serve(Inbound& in) {
     Clock::time_point held_since{};
     uint64_t run_last = 0;  // the run of held answers not yet in `out`: seqs
     uint32_t run_n = 0;     // run_last - run_n + 1 .. run_last (run_n <= run_last, <= kMaxHeld)
+    auto follows_run = [&](uint64_t seq) { return run_n && seq == run_last + 1 && seq > run_n; };
     auto close_run = [&] {  // the run as one Response at the end of `out`
       if (!run_n) return;
       fabric::Response a;
@@ -636,7 +637,7 @@ void RemoteFabric::serve(Inbound& in) {
       if ((f.request.flags & fabric::kAckLater) && !r.syndrome) {
         if (out.empty() && !run_n) held_since = Clock::now();
         ++held;
-        if (run_n && run_n < kMaxHeld && r.seq == run_last + 1 && r.seq > run_n) {
+        if (follows_run(r.seq) && run_n < kMaxHeld) {
           ++run_n;
         } else {  // a new run (a gap in the seqs, or the last one is full)
           close_run();
@@ -646,7 +647,7 @@ void RemoteFabric::serve(Inbound& in) {
         continue;
       }
       urgent = true;
-      if (run_n && r.seq == run_last + 1 && r.seq > run_n) {
+      if (follows_run(r.seq)) {
         r.covers = run_n;  // the held answers ride along
         run_n = 0;
       } else {

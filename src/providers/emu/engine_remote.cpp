@@ -47,7 +47,6 @@ bool QpRunner::step_remote() {
   return corked;
 }
 
-
 bool QpRunner::pass_remote() {
   bool work = take_doorbell();
   for (;;) {
