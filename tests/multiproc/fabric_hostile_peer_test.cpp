@@ -150,6 +150,11 @@ struct Rig {
       if (b != 0x5a) return false;
     return true;
   }
+  // The QP's last error contains `part`, and nothing landed in buf.
+  void expect_failed_untouched(const std::string& part) const {
+    EXPECT_NE(qp->last_error().find(part), std::string::npos) << qp->last_error();
+    EXPECT_TRUE(untouched());
+  }
 };
 
 std::string lost(const std::string& ep) { return "peer emu node 0x123456789abcdef0 at " + ep + " lost: "; }
@@ -168,8 +173,7 @@ void expect_read_loses_peer(std::function<fab::Response(const fab::Request&)> cr
   Rig r(fp.endpoint());
   r.qp->connect(r.peer);
   EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
-  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + why), std::string::npos) << r.qp->last_error();
-  EXPECT_TRUE(r.untouched());
+  r.expect_failed_untouched(lost(fp.endpoint()) + why);
 }
 
 TEST(FabricHostilePeer, AnswerToARequestNeverMade) {
@@ -192,9 +196,7 @@ TEST(FabricHostilePeer, GarbageInsteadOfAFrame) {
   Rig r(fp.endpoint());
   r.qp->connect(r.peer);
   EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
-  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "malformed frame header: "), std::string::npos)
-      << r.qp->last_error();
-  EXPECT_TRUE(r.untouched());
+  r.expect_failed_untouched(lost(fp.endpoint()) + "malformed frame header: ");
 }
 
 TEST(FabricHostilePeer, ARequestWhereAResponseBelongs) {
@@ -211,10 +213,7 @@ TEST(FabricHostilePeer, ARequestWhereAResponseBelongs) {
   Rig r(fp.endpoint());
   r.qp->connect(r.peer);
   EXPECT_EQ(r.read64(), Status::TransportRetryExceeded);
-  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "sent a frame of type 2 where a Response was expected"),
-            std::string::npos)
-      << r.qp->last_error();
-  EXPECT_TRUE(r.untouched());
+  r.expect_failed_untouched(lost(fp.endpoint()) + "sent a frame of type 2 where a Response was expected");
 }
 
 fab::Response ok_to(const fab::Request& rq) {
@@ -254,11 +253,8 @@ TEST(FabricHostilePeer, AnswersOutOfOrder) {
   ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kNoDoorbell),
             Status::Ok);
   EXPECT_EQ(r.read64(), Status::WrFlushed) << "behind the WRITE, which failed first";
-  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) + "answered request 2 before request 1 (answers come in "
-                                                           "the order asked)"),
-            std::string::npos)
-      << r.qp->last_error();
-  EXPECT_TRUE(r.untouched());
+  r.expect_failed_untouched(lost(fp.endpoint()) +
+                            "answered request 2 before request 1 (answers come in the order asked)");
 }
 
 // A cumulative answer (covers) may only stand for held answers: successful
@@ -279,12 +275,9 @@ TEST(FabricHostilePeer, ACumulativeAnswerOverAReadIsRefused) {
                         dev::kNoDoorbell, &t),
             Status::Ok);
   EXPECT_EQ(r.read64(), Status::WrFlushed) << "behind the first READ, which failed";
-  EXPECT_NE(r.qp->last_error().find(lost(fp.endpoint()) +
-                                    "answered requests 1..2 at once, but request 1 among them was not a WRITE "
-                                    "whose answer may wait (kAckLater)"),
-            std::string::npos)
-      << r.qp->last_error();
-  EXPECT_TRUE(r.untouched());
+  r.expect_failed_untouched(lost(fp.endpoint()) +
+                            "answered requests 1..2 at once, but request 1 among them was not a WRITE whose answer "
+                            "may wait (kAckLater)");
 }
 
 // A cumulative answer that reaches past what was asked loses the peer.
@@ -401,6 +394,28 @@ void cork_case(bool reads) {
 
 TEST(FabricCorking, UnsignalledWritesWaitForAnAnswerOnItsWay) { cork_case(false); }
 
+// Destroying a QP with Requests corked sends them (as its passes would have
+// without corking) instead of leaving them queued with nobody to flush them;
+// the destructor does not wait for the held answer.
+TEST(FabricCorking, DestroyingTheQpSendsWhatItCorked) {
+  constexpr int kN = 16;
+  CorkScript cs;
+  FakePeer fp([&](fab::TcpLink& l) { cs.run(l); });
+  Rig r(fp.endpoint());
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kSignal),
+            Status::Ok);
+  for (int i = 1; i <= kN; ++i)
+    ASSERT_EQ(dev::put<X>(h, r.buf.data() + 64 * i, r.mr->lkey(), 0x1000 + 64 * i, kinet::Rkey{0x01020304}, 64, 0),
+              Status::Ok);
+  const auto t0 = std::chrono::steady_clock::now();
+  r.qp.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 400ms) << "teardown waited for the held answer";
+  while (cs.before.load() < kN && std::chrono::steady_clock::now() - t0 < 5s) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(cs.before.load(), kN) << "corked WRITEs stayed queued after their QP was destroyed";
+}
+
 // READs of unsignalled WQEs are corked the same way.
 TEST(FabricCorking, UnsignalledReadsWaitForAnAnswerOnItsWay) { cork_case(true); }
 
@@ -507,10 +522,7 @@ TEST(FabricLanding, ReadDataAfterDeregistrationDoesNotLand) {
   EXPECT_EQ(dev::wait<X>(r.qp->handle(), t), Status::LocalProtection);
   char k[32];
   std::snprintf(k, sizeof k, "0x%x", lkey);
-  EXPECT_NE(r.qp->last_error().find(std::string("WQE 0 RDMA_READ 64 B: lkey ") + k + " is not registered on emu"),
-            std::string::npos)
-      << r.qp->last_error();
-  EXPECT_TRUE(r.untouched());
+  r.expect_failed_untouched(std::string("WQE 0 RDMA_READ 64 B: lkey ") + k + " is not registered on emu");
 }
 
 // A READ answered with fewer bytes than asked: nothing lands.
@@ -531,10 +543,7 @@ TEST(FabricHostilePeer, ShortReadData) {
   Rig r(fp.endpoint());
   r.qp->connect(r.peer);
   EXPECT_EQ(r.read64(), Status::RemoteOperation);
-  EXPECT_NE(r.qp->last_error().find("WQE 0 RDMA_READ 64 B: peer answered 32 bytes for a READ of 64"),
-            std::string::npos)
-      << r.qp->last_error();
-  EXPECT_TRUE(r.untouched());
+  r.expect_failed_untouched("WQE 0 RDMA_READ 64 B: peer answered 32 bytes for a READ of 64");
 }
 
 // Connected, then silent: the operation ends after the peer timeout, not before.

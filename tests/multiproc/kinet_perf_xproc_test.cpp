@@ -66,6 +66,28 @@ std::string temp_json() {
   return tmpl;
 }
 
+// Runs a --client with `args` against `sv`, its report written to a
+// temporary JSON and read back into *report; waits up to `bound` for both
+// processes (*ps: the server, then the client). Fails the test when the
+// client can't start, times out, exits non-zero or writes no report.
+void run_client(Server& sv, const std::vector<std::string>& args, std::chrono::seconds bound, std::vector<Proc>* ps,
+                nlohmann::json* report) {
+  const std::string json = temp_json();
+  std::vector<std::string> argv{KINET_PERF, "--client", "127.0.0.1:" + std::to_string(sv.port)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"--json", json});
+  Proc client = kinet::test::spawn(argv, {"KINET_SOCKET_IFNAME==lo"});
+  ASSERT_GT(client.pid, 0);
+  *ps = {sv.proc, client};
+  kinet::test::wait_all(*ps, bound);
+  ASSERT_FALSE((*ps)[1].timed_out) << (*ps)[1].out;
+  ASSERT_EQ((*ps)[1].exit_code, 0) << "client:\n" << (*ps)[1].out;
+  std::ifstream f(json);
+  ASSERT_TRUE(f.good()) << json;
+  *report = nlohmann::json::parse(f);
+  std::remove(json.c_str());
+}
+
 TEST(KinetPerfXproc, LoopbackRunReportsKinetBesideTcp) {
   SKIP_UNDER_TSAN();
   Server sv = start_server("20000");
@@ -77,24 +99,15 @@ TEST(KinetPerfXproc, LoopbackRunReportsKinetBesideTcp) {
     kinet::test::wait_all(ps, 1s);
     FAIL() << "the server did not name its port; it printed:\n" << ps[0].out;
   }
-  const std::string json = temp_json();
-  Proc client = kinet::test::spawn({KINET_PERF, "--client", "127.0.0.1:" + std::to_string(port), "--test",
-                                    "write_lat,write_bw,read_bw,atomic_lat", "-s", "4096", "-n", "20",
-                                    "--timeout-ms", "20000", "--seed", "7", "--json", json},
-                                   {"KINET_SOCKET_IFNAME==lo"});
-  ASSERT_GT(client.pid, 0);
-  std::vector<Proc> ps{server, client};
-  kinet::test::wait_all(ps, 120s);
-  ASSERT_FALSE(ps[1].timed_out) << ps[1].out;
+  std::vector<Proc> ps;
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(run_client(sv,
+                                     {"--test", "write_lat,write_bw,read_bw,atomic_lat", "-s", "4096", "-n", "20",
+                                      "--timeout-ms", "20000", "--seed", "7"},
+                                     120s, &ps, &j));
   EXPECT_EQ(ps[0].exit_code, 0) << "server:\n" << ps[0].out;
-  ASSERT_EQ(ps[1].exit_code, 0) << "client:\n" << ps[1].out;
   EXPECT_NE(ps[0].out.find("kinet-perf server: done"), std::string::npos) << ps[0].out;
   EXPECT_NE(ps[1].out.find("kinet/tcp"), std::string::npos) << ps[1].out;
-
-  std::ifstream f(json);
-  ASSERT_TRUE(f.good()) << json;
-  const nlohmann::json j = nlohmann::json::parse(f);
-  std::remove(json.c_str());
   EXPECT_EQ(j.at("status"), "ok");
   EXPECT_EQ(j.at("mode"), "cross-process");
   EXPECT_EQ(j.at("goals").at("latency_ratio_max"), 1.3);
@@ -129,20 +142,10 @@ TEST(KinetPerfXproc, DefaultBandwidthStreamsAreLong) {
   Server sv = start_server("20000");
   ASSERT_GT(sv.proc.pid, 0) << "cannot start " << KINET_PERF;
   ASSERT_GT(sv.port, 0) << sv.proc.out;
-  const std::string json = temp_json();
-  Proc client = kinet::test::spawn({KINET_PERF, "--client", "127.0.0.1:" + std::to_string(sv.port), "--test",
-                                    "write_lat,write_bw", "-s", "4096", "--no-baseline", "--timeout-ms", "20000",
-                                    "--json", json},
-                                   {"KINET_SOCKET_IFNAME==lo"});
-  ASSERT_GT(client.pid, 0);
-  std::vector<Proc> ps{sv.proc, client};
-  kinet::test::wait_all(ps, 120s);
-  ASSERT_FALSE(ps[1].timed_out) << ps[1].out;
-  ASSERT_EQ(ps[1].exit_code, 0) << "client:\n" << ps[1].out;
-  std::ifstream f(json);
-  ASSERT_TRUE(f.good()) << json;
-  const nlohmann::json j = nlohmann::json::parse(f);
-  std::remove(json.c_str());
+  std::vector<Proc> ps;
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(run_client(
+      sv, {"--test", "write_lat,write_bw", "-s", "4096", "--no-baseline", "--timeout-ms", "20000"}, 120s, &ps, &j));
   const auto& rs = j.at("results");
   ASSERT_EQ(rs.size(), 2u);
   EXPECT_EQ(rs[0].at("iterations"), 1000);       // write_lat
@@ -160,21 +163,14 @@ TEST(KinetPerfXproc, PostListsThatDoNotDivideTheSignalPeriodComplete) {
   ASSERT_GT(server.pid, 0) << "cannot start " << KINET_PERF;
   const int port = sv.port;
   ASSERT_GT(port, 0) << server.out;
-  const std::string json = temp_json();
-  Proc client = kinet::test::spawn({KINET_PERF, "--client", "127.0.0.1:" + std::to_string(port), "--test",
-                                    "write_bw,read_bw", "-s", "64", "-n", "301", "-t", "6", "--signal-every", "6",
-                                    "--post-list", "5", "--no-baseline", "--timeout-ms", "5000", "--json", json},
-                                   {"KINET_SOCKET_IFNAME==lo"});
-  ASSERT_GT(client.pid, 0);
-  std::vector<Proc> ps{server, client};
-  kinet::test::wait_all(ps, 60s);
-  ASSERT_FALSE(ps[1].timed_out) << ps[1].out;
-  ASSERT_EQ(ps[1].exit_code, 0) << "client:\n" << ps[1].out;
+  std::vector<Proc> ps;
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(run_client(sv,
+                                     {"--test", "write_bw,read_bw", "-s", "64", "-n", "301", "-t", "6",
+                                      "--signal-every", "6", "--post-list", "5", "--no-baseline", "--timeout-ms",
+                                      "5000"},
+                                     60s, &ps, &j));
   EXPECT_NE(ps[1].out.find("Post list: 5"), std::string::npos) << ps[1].out;
-  std::ifstream f(json);
-  ASSERT_TRUE(f.good()) << json;
-  const nlohmann::json j = nlohmann::json::parse(f);
-  std::remove(json.c_str());
   ASSERT_EQ(j.at("results").size(), 2u);
   for (const auto& r : j.at("results")) {
     EXPECT_EQ(r.at("post_list"), 5);
