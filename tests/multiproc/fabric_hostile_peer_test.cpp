@@ -396,7 +396,10 @@ TEST(FabricCorking, UnsignalledWritesWaitForAnAnswerOnItsWay) { cork_case(false)
 
 // Destroying a QP with Requests corked sends them (as its passes would have
 // without corking) instead of leaving them queued with nobody to flush them;
-// the destructor does not wait for the held answer.
+// the destructor does not wait for the held answer. (WQEs announced but not
+// yet issued when a QP is destroyed are flushed, never sent: the test polls
+// the CQ for 100 ms first, each poll a pass of the engine, so that all 16
+// are issued.)
 TEST(FabricCorking, DestroyingTheQpSendsWhatItCorked) {
   constexpr int kN = 16;
   CorkScript cs;
@@ -409,6 +412,8 @@ TEST(FabricCorking, DestroyingTheQpSendsWhatItCorked) {
   for (int i = 1; i <= kN; ++i)
     ASSERT_EQ(dev::put<X>(h, r.buf.data() + 64 * i, r.mr->lkey(), 0x1000 + 64 * i, kinet::Rkey{0x01020304}, 64, 0),
               Status::Ok);
+  for (const auto until = std::chrono::steady_clock::now() + 100ms; std::chrono::steady_clock::now() < until;)
+    ASSERT_EQ(dev::poll_cq<X>(h), Status::Ok);
   const auto t0 = std::chrono::steady_clock::now();
   r.qp.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 400ms) << "teardown waited for the held answer";
