@@ -63,8 +63,19 @@ __device__ void note(int* err, Status s) {
 // per CTA). Chunks larger than a CTA's even share shrink to it. It takes 64
 // registers (2 CTAs of 512 per SM); capped at 32 for a full SM it spills in
 // the copy loop and runs at 0.6x.
+// pdl: launched with programmatic dependent launch (Rank::launch_put). The
+// next put's kernel may then be launched at once, and this one waits for the
+// kernel before it (complete, its memory visible) before it puts: the launch
+// and the CTAs' start overlap the previous put's last stores instead of
+// following them. kinet's put asks nothing of how its kernel was launched.
 __global__ void __launch_bounds__(1024) k_put_bw(CommHandle c, int to, WindowHandle w, uint64_t dst_off, uint64_t bytes,
-                                                 uint64_t chunk, int* err) {
+                                                 uint64_t chunk, bool pdl, int* err) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (pdl) {
+    cudaTriggerProgrammaticLaunchCompletion();
+    cudaGridDependencySynchronize();
+  }
+#endif
   const uint64_t share = ((bytes + gridDim.x - 1) / gridDim.x + 15) & ~uint64_t{15};
   const uint64_t per = chunk ? std::min(share, (chunk + 15) & ~uint64_t{15}) : share;
   Status s = Status::Ok;
@@ -172,7 +183,8 @@ class Rank {
   uint64_t agree(uint64_t mine, uint64_t* theirs = nullptr);  // rank 0's value; the other's in *theirs
   void check_err(const char* what);
   uint32_t bw_ctas(uint64_t bytes) const;           // of kinet's put kernel at this size
-  float time_put(uint64_t bytes, uint64_t iters);   // ms
+  void launch_put(uint64_t bytes, bool pdl);        // one k_put_bw on s_
+  float time_put(uint64_t bytes, uint64_t iters, bool pdl);  // ms
   float time_copy(uint64_t bytes, uint64_t iters);  // ms
   uint64_t mismatches(const uint8_t* p, uint64_t bytes, uint32_t seed, const char* what);
   double launch_pingpong(int g, uint64_t bytes, uint64_t rtts);  // half round trip, us (rank 0)
@@ -191,7 +203,9 @@ class Rank {
   int* err_ = nullptr;                 // device: first failing Status of a kernel
   unsigned long long* bad_ = nullptr;  // device: k_check's counters
   uint64_t* t_ = nullptr;              // device: kernel timestamps
-  uint32_t grid_ = 0;
+  uint32_t grid_ = 0;                  // most CTAs of a put_bw kernel (GpuOpts::ctas_per_sm)
+  uint32_t wave_ = 0;                  // CTAs of k_put_bw resident at once on the whole GPU
+  bool pdl_ = false;                   // put kernels launched with PDL (GpuOpts::bw_launch, compute capability >= 9.0)
   uint64_t seq_ = 0;                   // signal values used so far (the same on both ranks)
 };
 
@@ -253,7 +267,13 @@ void Rank::setup() {
   ck(cudaFuncGetAttributes(&fa, k_barrier), "load k_barrier");
   int per_sm = 0;
   ck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_put_bw, int(o_.bw_threads), 0), "occupancy");
-  grid_ = uint32_t(prop.multiProcessorCount) * (o_.ctas_per_sm ? o_.ctas_per_sm : uint32_t(std::max(per_sm, 1)));
+  wave_ = uint32_t(prop.multiProcessorCount) * uint32_t(std::max(per_sm, 1));
+  grid_ = o_.ctas_per_sm ? uint32_t(prop.multiProcessorCount) * o_.ctas_per_sm : wave_;
+  pdl_ = o_.bw_launch != "plain" && prop.major >= 9;
+  run_.bw_launch = pdl_ ? (o_.bw_launch == "both" ? "pdl+plain" : "pdl") : "plain";
+  if (o_.bw_launch != "plain" && !pdl_)
+    run_.notes.push_back("put_bw: programmatic dependent launch needs compute capability 9.0 (this GPU: " +
+                         std::to_string(prop.major) + "." + std::to_string(prop.minor) + "); plain launches only");
   ck(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
   ck(cudaEventCreate(&e0_), "cudaEventCreate");
   ck(cudaEventCreate(&e1_), "cudaEventCreate");
@@ -278,13 +298,29 @@ void Rank::setup() {
 
 uint32_t Rank::bw_ctas(uint64_t bytes) const {
   const uint64_t per_cta = uint64_t{o_.bw_threads} * o_.bw_bytes_per_thread;
-  return per_cta ? uint32_t(std::clamp<uint64_t>((bytes + per_cta - 1) / per_cta, 1, grid_)) : grid_;
+  if (per_cta == 0) return grid_;
+  uint64_t n = (bytes + per_cta - 1) / per_cta;
+  if (n > wave_) n = (bytes + 2 * per_cta - 1) / (2 * per_cta);  // past one wave: twice the bytes per thread
+  return uint32_t(std::clamp<uint64_t>(n, 1, grid_));
 }
 
-float Rank::time_put(uint64_t bytes, uint64_t iters) {
+void Rank::launch_put(uint64_t bytes, bool pdl) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(bw_ctas(bytes));
+  cfg.blockDim = dim3(o_.bw_threads);
+  cfg.stream = s_;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (pdl) cfg.attrs = &attr, cfg.numAttrs = 1;
+  ck(cudaLaunchKernelEx(&cfg, k_put_bw, c_, o_.bw_self ? r_ : 1 - r_, bw_->handle(), o_.bw_max, bytes, o_.bw_chunk, pdl,
+                        err_),
+     "launch k_put_bw");
+}
+
+float Rank::time_put(uint64_t bytes, uint64_t iters, bool pdl) {
   ck(cudaEventRecord(e0_, s_), "cudaEventRecord");
-  for (uint64_t i = 0; i < iters; ++i)
-    k_put_bw<<<bw_ctas(bytes), o_.bw_threads, 0, s_>>>(c_, o_.bw_self ? r_ : 1 - r_, bw_->handle(), o_.bw_max, bytes, o_.bw_chunk, err_);
+  for (uint64_t i = 0; i < iters; ++i) launch_put(bytes, pdl);
   k_quiet<<<1, 1, 0, s_>>>(c_, err_);
   ck(cudaEventRecord(e1_, s_), "cudaEventRecord");
   check_err("k_put_bw");
@@ -330,7 +366,7 @@ void Rank::bandwidth() {
     }
     agree(0);
     // One pass checked on the receiving side; its time sets #iterations.
-    const float one = r_ == 0 ? time_put(n, 1) : 0.f;
+    const float one = r_ == 0 ? time_put(n, 1, pdl_) : 0.f;
     agree(0);
     uint64_t bad = r_ == receiver ? mismatches(mine + o_.bw_max, n, 1, "put") : 0;
     uint64_t their_bad = 0;
@@ -343,12 +379,16 @@ void Rank::bandwidth() {
       row.ctas = bw_ctas(n);
       row.iters = uint32_t(clamp_count(o_.trial_ms / std::max(one, 1e-3f), 3, 10000));
       time_copy(n, 1);  // warm-up
-      std::vector<double> k, b;
+      const bool plain_too = pdl_ && o_.bw_launch == "both";
+      const auto gbps = [&](float ms) { return double(n) * row.iters / (ms * 1e-3) * 1e-9; };
+      std::vector<double> k, kp, b;
       for (int t = 0; t < o_.trials; ++t) {
-        k.push_back(double(n) * row.iters / (time_put(n, row.iters) * 1e-3) * 1e-9);
-        b.push_back(double(n) * row.iters / (time_copy(n, row.iters) * 1e-3) * 1e-9);
+        k.push_back(gbps(time_put(n, row.iters, pdl_)));
+        if (plain_too) kp.push_back(gbps(time_put(n, row.iters, false)));
+        b.push_back(gbps(time_copy(n, row.iters)));
       }
       row.kinet_gbps = median(k);
+      if (plain_too) row.plain_gbps = median(kp);
       row.base_gbps = median(b);
       run_.bw.push_back(row);
       pr_.clear();

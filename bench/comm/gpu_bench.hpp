@@ -23,12 +23,20 @@ struct GpuOpts {
   // HBM-bound sizes at 0.93-0.94x cudaMemcpy, one resident wave at 0.89-0.91x
   // (docs/PERFORMANCE.md section 8). 0: as many as fit at once (occupancy).
   uint32_t ctas_per_sm = 8;
-  // A put of B bytes runs on at most B / (bw_threads x this) CTAs, so each
-  // thread has two full rounds of in-flight loads (group_copy: 4 x 16 bytes);
-  // 0: always the whole grid. Smaller puts then leave SMs idle, as a user's
-  // kernel sized to its data would; a whole grid spread too thin runs 5-20 %
-  // slower at 8-32 MiB on an H200 (docs/PERFORMANCE.md section 8).
-  uint32_t bw_bytes_per_thread = 128;
+  // A put of B bytes runs on B / (bw_threads x this) CTAs while they fit on
+  // the GPU at once (one wave), so each thread has one full round of
+  // in-flight loads (group_copy: 4 x 16 bytes); past one wave, on half as
+  // many (two rounds each, rather than a second wave); never more than the
+  // grid. 0: always the whole grid. Smaller puts then leave SMs idle, as a
+  // user's kernel sized to its data would. On an H200 with PDL launches, one
+  // round beat two by 25 % at 4-8 MiB, and two rounds beat a second wave at
+  // 16-64 MiB (docs/PERFORMANCE.md section 8).
+  uint32_t bw_bytes_per_thread = 64;
+  // How put_bw launches its kernels: "pdl" (programmatic dependent launch:
+  // each put's launch overlaps the previous put's end; compute capability
+  // 9.0 and later, plain elsewhere), "plain" (stream order), or "both" (PDL
+  // as the headline figure, plain beside it).
+  std::string bw_launch = "both";
   bool bw_self = false;              // diagnosis: rank 0 puts into its own window (path self), no peer mapping
   uint32_t bw_threads = 512;
   // Each CTA puts chunks of this many bytes round-robin (CTA b: chunks b,

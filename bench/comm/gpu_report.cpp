@@ -66,21 +66,36 @@ void print_bw_header(const GpuRun& r) {
     std::printf(" kinet           : dev::cta_put, up to %u CTAs x %u threads, each its slice of the buffer\n",
                 r.bw_grid, r.bw_threads);
   if (r.bw_bytes_per_thread)
-    std::printf(" CTAs            : at most #bytes / (%u threads x %u bytes), the whole grid from there\n",
-                r.bw_threads, r.bw_bytes_per_thread);
+    std::printf(" CTAs            : #bytes / (%u threads x %u bytes) while one wave holds them, then x %u bytes,\n"
+                "                   at most the grid\n",
+                r.bw_threads, r.bw_bytes_per_thread, 2 * r.bw_bytes_per_thread);
+  if (r.bw_launch != "plain")
+    std::printf(" Launch          : PDL (programmatic dependent launch): each put's kernel is launched while the\n"
+                "                   previous one ends, and waits for it before it puts%s\n",
+                r.bw_launch == "pdl+plain" ? "; plain: the same kernel in stream order" : "");
   std::printf(" Baseline        : cudaMemcpyAsync device-to-device of the same bytes on the same GPU\n");
   std::printf(" Reported        : GB/s = 10^9 bytes/s, CUDA events over #iterations, median of %d trials\n",
               r.trials);
   std::printf(" Goal (issue 11) : kinet/baseline >= 0.9 from 1 MiB up\n");
   std::printf("%s\n", kRule);
-  std::printf(" %-12s %-12s %-6s %-16s %-20s %-16s %s\n", "#bytes", "#iterations", "#CTAs", "kinet[GB/s]",
-              "cudaMemcpy[GB/s]", "kinet/baseline", "data");
+  if (r.bw_launch == "pdl+plain")
+    std::printf(" %-12s %-12s %-6s %-13s %-13s %-18s %-15s %-15s %s\n", "#bytes", "#iterations", "#CTAs", "kinet[GB/s]",
+                "plain[GB/s]", "cudaMemcpy[GB/s]", "kinet/baseline", "plain/baseline", "data");
+  else
+    std::printf(" %-12s %-12s %-6s %-16s %-20s %-16s %s\n", "#bytes", "#iterations", "#CTAs", "kinet[GB/s]",
+                "cudaMemcpy[GB/s]", "kinet/baseline", "data");
   std::fflush(stdout);
 }
 
 void print_bw_row(const BwRow& b) {
-  std::printf(" %-12llu %-12u %-6u %-16.1f %-20.1f %-16.3f %s\n", static_cast<unsigned long long>(b.bytes), b.iters,
-              b.ctas, b.kinet_gbps, b.base_gbps, b.ratio(), b.verified ? "ok" : "WRONG");
+  const auto bytes = static_cast<unsigned long long>(b.bytes);
+  const char* data = b.verified ? "ok" : "WRONG";
+  if (b.plain_gbps > 0)
+    std::printf(" %-12llu %-12u %-6u %-13.1f %-13.1f %-18.1f %-15.3f %-15.3f %s\n", bytes, b.iters, b.ctas,
+                b.kinet_gbps, b.plain_gbps, b.base_gbps, b.ratio(), b.plain_ratio(), data);
+  else
+    std::printf(" %-12llu %-12u %-6u %-16.1f %-20.1f %-16.3f %s\n", bytes, b.iters, b.ctas, b.kinet_gbps, b.base_gbps,
+                b.ratio(), data);
   std::fflush(stdout);
 }
 
@@ -130,17 +145,26 @@ nlohmann::ordered_json to_json(const GpuRun& r) {
   j["path"] = r.path;
   j["transport"] = r.transport;
   j["comm_report"] = r.comm_report;
-  j["config"] = {{"bw_grid", r.bw_grid},   {"bw_threads", r.bw_threads}, {"bw_chunk", r.bw_chunk}, {"bw_bytes_per_thread", r.bw_bytes_per_thread}, {"lat_cta_threads", r.lat_cta_threads},
-                 {"bw_trials", r.trials},  {"lat_launches", r.launches}};
+  j["config"] = {{"bw_grid", r.bw_grid},
+                 {"bw_threads", r.bw_threads},
+                 {"bw_chunk", r.bw_chunk},
+                 {"bw_bytes_per_thread", r.bw_bytes_per_thread},
+                 {"bw_launch", r.bw_launch},
+                 {"lat_cta_threads", r.lat_cta_threads},
+                 {"bw_trials", r.trials},
+                 {"lat_launches", r.launches}};
   json bw = json::array();
-  for (const auto& b : r.bw)
-    bw.push_back({{"bytes", b.bytes},
-                  {"iterations", b.iters},
-                  {"ctas", b.ctas},
-                  {"kinet_GBps", num(b.kinet_gbps)},
-                  {"cudaMemcpy_GBps", num(b.base_gbps)},
-                  {"ratio", num(b.ratio())},
-                  {"verified", b.verified}});
+  for (const auto& b : r.bw) {
+    json row = {{"bytes", b.bytes},
+                {"iterations", b.iters},
+                {"ctas", b.ctas},
+                {"kinet_GBps", num(b.kinet_gbps)},
+                {"cudaMemcpy_GBps", num(b.base_gbps)},
+                {"ratio", num(b.ratio())},
+                {"verified", b.verified}};
+    if (b.plain_gbps > 0) row["kinet_plain_GBps"] = num(b.plain_gbps), row["plain_ratio"] = num(b.plain_ratio());
+    bw.push_back(row);
+  }
   j["put_bw"] = bw;
   if (!r.notes.empty()) j["notes"] = r.notes;
   json lat = json::array();

@@ -16,10 +16,12 @@ struct BwRow {
   uint64_t bytes = 0;
   uint32_t iters = 0;          // operations per timed trial
   uint32_t ctas = 0;           // of kinet's kernel at this size
-  double kinet_gbps = 0;       // median over the trials, 10^9 bytes/s
+  double kinet_gbps = 0;       // median over the trials, 10^9 bytes/s (GpuRun::bw_launch)
+  double plain_gbps = 0;       // the same kernel in plain stream order; 0: not measured
   double base_gbps = 0;
   bool verified = false;       // the peer's copy matched, byte for byte
   double ratio() const { return base_gbps > 0 ? kinet_gbps / base_gbps : 0; }
+  double plain_ratio() const { return base_gbps > 0 ? plain_gbps / base_gbps : 0; }
 };
 
 // put_signal ping-pong at one size for one group (thread, warp, cta).
@@ -44,6 +46,7 @@ struct GpuRun {
   uint32_t bw_grid = 0, bw_threads = 0, lat_cta_threads = 0;
   uint64_t bw_chunk = 0;  // GpuOpts::bw_chunk
   uint32_t bw_bytes_per_thread = 0;  // GpuOpts::bw_bytes_per_thread
+  std::string bw_launch;             // "pdl", "plain" or "pdl+plain" (GpuOpts::bw_launch as run)
   int trials = 0, launches = 0;
   std::vector<BwRow> bw;
   std::vector<LatRow> lat;

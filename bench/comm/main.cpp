@@ -137,8 +137,11 @@ int main(int argc, char** argv) {
   app.add_option("--ctas-per-sm", g.ctas_per_sm, "gpu: put_bw grid = SMs x this (default 8; 0: as many as fit at once)")
       ->check(CLI::Range(0u, 64u));
   app.add_option("--bw-bytes-per-thread", g.bw_bytes_per_thread,
-                 "gpu: a put of B bytes runs on at most B / (threads x this) CTAs (0: always the whole grid)")
+                 "gpu: a put of B bytes runs on B / (threads x this) CTAs while one wave holds them, else on half as many (0: always the whole grid)")
       ->check(CLI::Range(0u, 1u << 20));
+  app.add_option("--bw-launch", g.bw_launch,
+                 "gpu: put_bw kernel launches: pdl (programmatic dependent launch), plain (stream order), both")
+      ->check(CLI::IsMember({"pdl", "plain", "both"}));
   app.add_flag("--bw-self", g.bw_self, "gpu: rank 0 puts into its own window (path self): the copy without the peer mapping");
   app.add_option("--bw-chunk", g.bw_chunk, "gpu: bytes per cta_put, chunks round-robin over the CTAs (0: a slice each)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 32));
