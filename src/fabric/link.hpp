@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ class Link {
   // was read.
   virtual void send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2,
                           Clock::time_point deadline) = 0;
+  // True when send_parts() hands `body` to the kernel without reading it
+  // itself: a body that can't be read then fails the send (EFAULT: the link
+  // is lost) instead of raising SIGSEGV in this process.
+  virtual bool kernel_reads_body() const { return false; }
   // Receives the next whole frame into `out` (resized to it). Returns false
   // when none arrived by `deadline` (not an error: the caller polls). Throws
   // "peer lost" on EOF or reset, and InvalidArgument when the peer sends a
@@ -47,6 +52,44 @@ class Link {
   // a deadline of now may return it without a syscall. Links that don't read
   // ahead say false (then callers send what they batched at once).
   virtual bool buffered() const { return false; }
+
+  // Cut frames: a large frame's rest read straight to where it goes (a
+  // WRITE's payload into the target region), not through a frame buffer.
+  // recv_split() is recv(), except that a frame of more than `split_over`
+  // bytes (header included) comes back cut after its first `head` bytes
+  // (kHeaderBytes < head <= split_over): *rest is then the number of its
+  // bytes still to come, which the caller takes, all of them, with
+  // rest_buffered() / recv_rest() / wait_rest() before it receives again.
+  // *rest is 0 for a whole frame. Links that don't cut return whole frames.
+  virtual bool recv_split(std::vector<uint8_t>& out, Clock::time_point deadline, size_t split_over, size_t head,
+                          size_t* rest) {
+    (void)split_over, (void)head;
+    *rest = 0;
+    return recv(out, deadline);
+  }
+  // The cut frame's next bytes that were already read ahead: at most n of
+  // them, taken; empty when there are none. Valid until the next call on the
+  // link.
+  virtual std::span<const uint8_t> rest_buffered(size_t n) {
+    (void)n;
+    return {};
+  }
+  // At most n of the cut frame's next bytes, straight from the connection
+  // into dst, without blocking (call it when rest_buffered() is empty): how
+  // many; 0 when none are there yet. *bad_dst: dst can't be written (EFAULT;
+  // nothing taken): take the rest elsewhere. Throws as recv() does.
+  // (The default is never called: a link that doesn't cut has no rest.)
+  virtual size_t recv_rest(uint8_t* dst, size_t n, bool* bad_dst) {
+    (void)dst, (void)n;
+    *bad_dst = false;
+    return 0;
+  }
+  // Waits until the cut frame's next bytes can be taken, or `deadline`
+  // (false then). Throws "peer lost" when the link is gone.
+  virtual bool wait_rest(Clock::time_point deadline) {
+    (void)deadline;
+    return true;
+  }
   // Closes both directions; blocked and later send/recv throw "peer lost".
   // After a failure closed the link (a malformed frame, a reset), later
   // calls of either direction name that failure, not this close.

@@ -560,6 +560,16 @@ void RemoteFabric::serve(Inbound& in) {
     uint64_t run_last = 0;  // the run of held answers not yet in `out`: seqs
     uint32_t run_n = 0;     // run_last - run_n + 1 .. run_last (run_n <= run_last, <= kMaxHeld)
     auto follows_run = [&](uint64_t seq) { return run_n && seq == run_last + 1 && seq > run_n; };
+    // A WRITE's payload from kPlaceBytes on is not received into `buf`: the
+    // frame comes cut after the Request's fixed part, and the payload goes
+    // from the connection straight into the target region
+    // (fabric::respond_from_link): one copy fewer per byte.
+    constexpr size_t kPlaceBytes = 16 * 1024;
+    constexpr size_t kWriteHead = fabric::kHeaderBytes + fabric::kRequestFixed;
+    size_t rest = 0;  // bytes of the frame in `buf` still on the link
+    auto next = [&](Clock::time_point deadline) {
+      return link.recv_split(buf, deadline, kWriteHead + kPlaceBytes - 1, kWriteHead, &rest);
+    };
     auto close_run = [&] {  // the run as one Response at the end of `out`
       if (!run_n) return;
       fabric::Response a;
@@ -570,10 +580,10 @@ void RemoteFabric::serve(Inbound& in) {
     };
     for (;;) {
       const bool waiting = !out.empty() || run_n;
-      bool have = waiting && out.size() < kBatchBytes && in.link->buffered() && link.recv(buf, Clock::now());
+      bool have = waiting && out.size() < kBatchBytes && in.link->buffered() && next(Clock::now());
       if (!have && waiting && !urgent && held < kMaxHeld && out.size() < kBatchBytes) {
         const auto due = held_since + delay;
-        if (Clock::now() < due) have = link.recv(buf, due);
+        if (Clock::now() < due) have = next(due);
       }
       if (!have && waiting) {
         close_run();
@@ -582,10 +592,11 @@ void RemoteFabric::serve(Inbound& in) {
         held = 0;
         urgent = false;
       }
-      if (!have && !link.recv(buf, Clock::now() + 1s)) continue;  // idle: a requester may rest
+      if (!have && !next(Clock::now() + 1s)) continue;  // idle: a requester may rest
       fabric::Frame f;
       std::string why;
-      if (!fabric::decode(buf.data(), buf.size(), &f, &why))
+      if (rest ? !fabric::decode_write_head(buf.data(), buf.size(), &f, &why)
+               : !fabric::decode(buf.data(), buf.size(), &f, &why))
         throw Error(ErrorCode::InvalidArgument, "malformed frame: " + why);
       if (f.type != fabric::FrameType::Request)
         throw Error(ErrorCode::InvalidArgument,
@@ -604,12 +615,22 @@ void RemoteFabric::serve(Inbound& in) {
       std::shared_ptr<Nic> nic = cached_nic.lock();
       fabric::Response r;
       r.seq = f.request.seq;
+      bool read_in_place = false;
       if (f.request.kind == fabric::OpKind::Flush) {
         // Nothing to execute: its answer carries the held ones.
       } else if (!nic) {
-        r.syndrome = prm::kSynTransportRetry;
-        r.why = "no emu device at node " + hex(f.request.to_node) + " on the cross-process fabric in " +
-                process_name() + " (closed, or never there)";
+        Fault gone{prm::kSynTransportRetry, "no emu device at node " + hex(f.request.to_node) +
+                                                " on the cross-process fabric in " + process_name() +
+                                                " (closed, or never there)"};
+        if (rest) fabric::respond_from_link(nullptr, f.request, link, &qp_cache, scratch, gone);  // dropped
+        r.syndrome = gone.syndrome;
+        r.why = gone.why;
+      } else if (rest) {
+        const Fault fault = fabric::respond_from_link(nic.get(), f.request, link, &qp_cache, scratch);
+        r.syndrome = fault.syndrome;
+        r.why = fabric::printable(fault.why, fabric::kMaxWhy);
+      } else if (f.request.kind == fabric::OpKind::Read && f.request.len >= kPlaceBytes && link.kernel_reads_body()) {
+        read_in_place = true;  // answered below, its data sent from the region itself
       } else {
         // The one responder check and access (fabric/responder.hpp), as the
         // in-process fabric runs it; over a wire every buffer is ours.
@@ -653,9 +674,30 @@ void RemoteFabric::serve(Inbound& in) {
       } else {
         close_run();
       }
-      if (r.len >= kBatchBytes) {
-        // A READ answer that fills a batch by itself leaves now, from the
-        // scratch it was read into, with the answers batched before it.
+      if (read_in_place) {
+        // A large READ's data leaves from the region itself, read by the
+        // kernel (one copy fewer per byte), with the answers batched before
+        // it; the guard and the QP's responder lock are held across the send.
+        Fault fault;
+        {
+          std::shared_lock<std::shared_mutex> guard(memory_guard());
+          fault = fabric::respond_read_in_place(*nic, f.request, &qp_cache, scratch, [&](const uint8_t* data) {
+            r.len = f.request.len;
+            fabric::encode_head(r, out);
+            link.send_parts(out.data(), out.size(), data, r.len, Clock::now() + bound);
+            out.clear();
+            held = 0;
+            urgent = false;
+          });
+        }
+        if (fault) {
+          r.syndrome = fault.syndrome;
+          r.why = fabric::printable(fault.why, fabric::kMaxWhy);
+          fabric::encode(r, out);
+        }
+      } else if (r.len >= kPlaceBytes) {
+        // A large READ answer leaves now, from the scratch it was read into,
+        // with the answers batched before it (not copied into the batch).
         // Smaller ones gain more from waiting to share a send with the next
         // answers (read_bw at 4 KiB looked a quarter lower when they left
         // in place from 4 KiB).

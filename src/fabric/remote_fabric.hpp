@@ -103,6 +103,11 @@ class RemotePeer {
   // WQEs: docs/PERFORMANCE.md section 4).
   static constexpr uint64_t kGatherBytes = 16 * 1024;
   const std::string& endpoint() const { return endpoint_; }
+  // Whether a WRITE's payload of kGatherBytes or more may come straight from
+  // a registered region (Link::kernel_reads_body: the kernel reads it, so a
+  // page unmapped under the registration loses the link, never the process);
+  // otherwise the caller copies it out first with a guarded copy.
+  bool payload_in_place() const { return link_->kernel_reads_body(); }
   bool lost() const { return lost_.load(std::memory_order_acquire); }
   // Loses the peer (if not yet): pending Calls complete lost with `why`.
   void fail(const std::string& why);

@@ -1,7 +1,10 @@
 // kinet fabric — the responder check and memory access (responder.hpp).
 #include "fabric/responder.hpp"
 
+#include <chrono>
+#include <functional>
 #include <mutex>
+#include <span>
 #include <shared_mutex>
 #include <string>
 
@@ -40,9 +43,12 @@ Fault check_shape(const Request& rq, const RequesterBuffers& rb) {
     return {kSynRemoteInvalReq, "READ of " + std::to_string(rq.len) + " bytes without a destination"};
   return {};
 }
-}  // namespace
 
-Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb, QpCache* cache) {
+// respond()'s checks, then access(target, kind of the region) with the QP's
+// responder_mu held shared. rb null: a WRITE whose payload the caller places
+// (respond_in_place), so no payload pointer is looked for.
+template <class Access>
+Fault checked(emu::Nic& nic, const Request& rq, const RequesterBuffers* rb, QpCache* cache, Access&& access) {
   // Built only when needed: respond() runs per operation.
   auto gone = [&rq] {
     return Fault{kSynTransportRetry, "peer QP " + hex(rq.to_qpn) + " does not answer (destroyed, or its device closed)"};
@@ -73,7 +79,11 @@ Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb, QpCa
                                     qp_state_name(ps) + " and does not answer"};
   if (peer->remote_node != rq.from_node || peer->remote_qpn != rq.from_qpn)
     return {kSynTransportRetry, "peer QP " + hex(peer->qpn) + " is connected to another QP"};
-  if (Fault f = check_shape(rq, rb)) return f;
+  if (rb) {
+    if (Fault f = check_shape(rq, *rb)) return f;
+  } else if (rq.kind != OpKind::Write && rq.kind != OpKind::Read) {
+    return {kSynRemoteInvalReq, std::string(op_kind_name(rq.kind)) + " where a WRITE or READ moves its own data"};
+  }
   emu::MrEntry mr;
   if (!nic.lookup_mr(rq.rkey, &mr))
     return {kSynRemoteAccess, "rkey " + hex(rq.rkey) + " is not registered on " + nic.name};
@@ -94,22 +104,86 @@ Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb, QpCa
   if (atomic && (rq.raddr & 7))
     return {kSynRemoteInvalReq, "atomic target " + hex(rq.raddr) + " is not 8-byte aligned"};
 
-  uint8_t* target = reinterpret_cast<uint8_t*>(rq.raddr);
-  switch (rq.kind) {
-    case OpKind::Write:
-      if (CopyResult r = emu::safe_copy(target, mr.kind, rq.payload, rb.payload_kind, rq.len))
-        return copy_fault(r, r.side == CopyResult::Src);
-      break;
-    case OpKind::Read:
-      if (CopyResult r = emu::safe_copy(rb.read_dst, rb.read_kind, target, mr.kind, rq.len))
-        return copy_fault(r, r.side == CopyResult::Dst);
-      break;
-    default:  // 8 bytes in host byte order at the target (mlx5's host-endianness atomic mode)
-      if (CopyResult r = emu::safe_atomic(reinterpret_cast<uint64_t*>(target), mr.kind, rq.kind == OpKind::FetchAdd,
-                                          rq.operand, rq.compare, rb.old_value))
-        return copy_fault(r, false);
+  return access(reinterpret_cast<uint8_t*>(rq.raddr), mr.kind);
+}
+}  // namespace
+
+Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb, QpCache* cache) {
+  return checked(nic, rq, &rb, cache, [&](uint8_t* target, MemoryKind kind) -> Fault {
+    switch (rq.kind) {
+      case OpKind::Write:
+        if (CopyResult r = emu::safe_copy(target, kind, rq.payload, rb.payload_kind, rq.len))
+          return copy_fault(r, r.side == CopyResult::Src);
+        break;
+      case OpKind::Read:
+        if (CopyResult r = emu::safe_copy(rb.read_dst, rb.read_kind, target, kind, rq.len))
+          return copy_fault(r, r.side == CopyResult::Dst);
+        break;
+      default:  // 8 bytes in host byte order at the target (mlx5's host-endianness atomic mode)
+        if (CopyResult r = emu::safe_atomic(reinterpret_cast<uint64_t*>(target), kind, rq.kind == OpKind::FetchAdd,
+                                            rq.operand, rq.compare, rb.old_value))
+          return copy_fault(r, false);
+    }
+    return {};
+  });
+}
+
+Fault respond_read_in_place(emu::Nic& nic, const Request& rq, QpCache* cache, std::vector<uint8_t>& scratch,
+                            const std::function<void(const uint8_t* data)>& send) {
+  if (rq.kind != OpKind::Read) return {kSynRemoteInvalReq, "a READ was expected"};
+  return checked(nic, rq, nullptr, cache, [&](uint8_t* target, MemoryKind kind) -> Fault {
+    const CopyResult r = kind == MemoryKind::Host ? emu::probe_source(target, rq.len)
+                                                  : (scratch.resize(rq.len),
+                                                     emu::safe_copy(scratch.data(), MemoryKind::Host, target, kind, rq.len));
+    if (r) return copy_fault(r, r.side == CopyResult::Dst);
+    send(kind == MemoryKind::Host ? target : scratch.data());
+    return {};
+  });
+}
+
+Fault respond_from_link(emu::Nic* nic, const Request& rq, Link& link, QpCache* cache, std::vector<uint8_t>& scratch,
+                        Fault f) {
+  constexpr size_t kStage = 256 * 1024;  // GPU targets and dropped bytes go through scratch in parts of this
+  if (!nic && !f) f = {kSynTransportRetry, "no NIC for a WRITE's payload"};
+  uint64_t off = 0;
+  while (off < rq.len) {
+    const size_t want = static_cast<size_t>(rq.len - off);
+    const std::span<const uint8_t> ahead = link.rest_buffered(want);
+    if (ahead.empty() && !link.wait_rest(Clock::now() + std::chrono::seconds(1)))
+      continue;  // a peer may stall mid-frame; close() ends the wait (it throws)
+    size_t got = ahead.size();
+    if (!f) {
+      std::shared_lock<std::shared_mutex> guard(emu::memory_guard());
+      f = checked(*nic, rq, nullptr, cache, [&](uint8_t* target, MemoryKind kind) -> Fault {
+        uint8_t* const at = target + off;
+        if (!ahead.empty()) {
+          if (CopyResult r = emu::safe_copy(at, kind, ahead.data(), MemoryKind::Host, ahead.size()))
+            return copy_fault(r, false);
+          return {};
+        }
+        bool bad = false;
+        if (kind == MemoryKind::Host) {
+          got = link.recv_rest(at, want, &bad);
+          if (bad)
+            return {kSynRemoteAccess, "remote memory: [" + hex(reinterpret_cast<uint64_t>(at)) + ", +" +
+                                          std::to_string(want) + ") is not writable (unmapped under its registration?)"};
+          return {};
+        }
+        scratch.resize(std::min(want, kStage));
+        got = link.recv_rest(scratch.data(), scratch.size(), &bad);
+        if (got)
+          if (CopyResult r = emu::safe_copy(at, kind, scratch.data(), MemoryKind::Host, got)) return copy_fault(r, false);
+        return {};
+      });
+    }
+    if (f && got == 0) {  // dropped: read into scratch (already taken read-ahead bytes count as got)
+      bool bad = false;
+      scratch.resize(std::min(want, kStage));
+      got = link.recv_rest(scratch.data(), scratch.size(), &bad);
+    }
+    off += got;
   }
-  return {};
+  return f;
 }
 
 }  // namespace kinet::fabric

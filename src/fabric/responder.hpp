@@ -3,8 +3,11 @@
 // touches this process's memory, and the guarded memory access after it.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <vector>
 #include <memory>
 
+#include "fabric/link.hpp"
 #include "fabric/wire.hpp"
 #include "providers/emu/emu.hpp"
 
@@ -50,5 +53,30 @@ struct QpCache {
   std::weak_ptr<emu::EmuQp> qp;
 };
 emu::Fault respond(emu::Nic& nic, const Request& rq, const RequesterBuffers& rb, QpCache* cache = nullptr);
+
+// A WRITE whose payload follows its Request on `link`: a frame cut by
+// Link::recv_split, rq.len bytes still to come. They go straight into the
+// target region, part by part as they arrive, each part under
+// emu::memory_guard() and respond()'s checks of the whole [raddr, +len)
+// (the caller holds no guard; none is held while waiting for the peer): a
+// deregistration or teardown between parts fails the next check, and
+// nothing is placed after it. Host memory is received into in place (a
+// region unmapped under its registration fails as remote access, the bytes
+// are not taken there); GPU memory through `scratch`. After a failed check,
+// a fault, or with `first` already set (e.g. no NIC: nic may then be null),
+// the rest is read and dropped. Returns the first fault; every byte of the
+// payload has been taken from the link. Throws what the link throws.
+// A READ whose data goes out from where it is: respond()'s checks, then,
+// with the same locks held, send(data) with the region's own bytes (host
+// memory, every page of it readable a moment before: send must hand them to
+// the kernel, e.g. Link::send_parts over a link that kernel_reads_body(),
+// and may throw what the link throws) or with a copy in `scratch` (GPU
+// memory). The caller holds emu::memory_guard() shared across the call.
+// Returns the check's or the copy's fault; send was not called then.
+emu::Fault respond_read_in_place(emu::Nic& nic, const Request& rq, QpCache* cache, std::vector<uint8_t>& scratch,
+                                 const std::function<void(const uint8_t* data)>& send);
+
+emu::Fault respond_from_link(emu::Nic* nic, const Request& rq, Link& link, QpCache* cache,
+                             std::vector<uint8_t>& scratch, emu::Fault first = {});
 
 }  // namespace kinet::fabric

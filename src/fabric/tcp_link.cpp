@@ -144,6 +144,24 @@ void TcpLink::send_parts(const uint8_t* head, size_t n1, const uint8_t* body, si
 }
 
 bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
+  size_t rest = 0;
+  return recv_frame(out, deadline, SIZE_MAX, 0, &rest);
+}
+
+bool TcpLink::recv_split(std::vector<uint8_t>& out, Clock::time_point deadline, size_t split_over, size_t head,
+                         size_t* rest) {
+  if (head <= kHeaderBytes || head > split_over)
+    throw Error(ErrorCode::InvalidArgument, peer_ + ": recv_split: cut after " + std::to_string(head) +
+                                                " bytes of frames over " + std::to_string(split_over) +
+                                                " (want kHeaderBytes < head <= split_over)");
+  return recv_frame(out, deadline, split_over, head, rest);
+}
+
+bool TcpLink::recv_frame(std::vector<uint8_t>& out, Clock::time_point deadline, size_t split_over, size_t head,
+                         size_t* rest) {
+  if (cut_rest_)
+    throw Error(ErrorCode::InvalidArgument, peer_ + ": a frame received while " + std::to_string(cut_rest_) +
+                                                " bytes of the cut one before it were not taken");
   Clock::time_point spin_end{};  // set when the socket first runs dry in this call
   for (;;) {
     if (closed_.closed()) lost("the link was closed");
@@ -156,8 +174,16 @@ bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
           throw Error(ErrorCode::InvalidArgument, peer_ + ": malformed frame header: " + why);
         }
         rx_need_ = kHeaderBytes + body;
+        if (rx_need_ > split_over) {  // cut: the rest is the caller's to take
+          cut_rest_ = rx_need_ - head;
+          rx_need_ = head;
+          ra_ask_ = head;
+        } else {
+          ra_ask_ = kReadAhead;
+        }
       }
-      if (rx_got_ == rx_need_) {  // whole frame
+      if (rx_got_ == rx_need_) {  // whole frame, or its head
+        *rest = cut_rest_;
         rx_.resize(rx_got_);
         out.swap(rx_);
         // rx_ is now the caller's old buffer: keep its size, so that growing
@@ -179,7 +205,7 @@ bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
     const bool direct = want >= kReadAhead;
     if (!direct && ra_.size() < kReadAhead) ra_.resize(kReadAhead);
     const ssize_t k = direct ? ::recv(fd_.get(), rx_.data() + rx_got_, want, 0)
-                             : ::recv(fd_.get(), ra_.data(), kReadAhead, 0);
+                             : ::recv(fd_.get(), ra_.data(), std::max(ra_ask_, want), 0);
     if (k > 0) {
       if (direct) {
         rx_got_ += static_cast<size_t>(k);
@@ -203,6 +229,44 @@ bool TcpLink::recv(std::vector<uint8_t>& out, Clock::time_point deadline) {
     }
     lost(std::strerror(errno));
   }
+}
+
+std::span<const uint8_t> TcpLink::rest_buffered(size_t n) {
+  const size_t k = std::min({n, cut_rest_, ra_end_ - ra_pos_});
+  const std::span<const uint8_t> part(ra_.data() + ra_pos_, k);
+  ra_pos_ += k;
+  cut_rest_ -= k;
+  return part;
+}
+
+size_t TcpLink::recv_rest(uint8_t* dst, size_t n, bool* bad_dst) {
+  *bad_dst = false;
+  if (ra_pos_ < ra_end_ && cut_rest_)
+    throw Error(ErrorCode::InvalidArgument, peer_ + ": recv_rest before the bytes read ahead were taken");
+  n = std::min(n, cut_rest_);
+  for (;;) {
+    if (closed_.closed()) lost("the link was closed");
+    if (n == 0) return 0;
+    const ssize_t k = ::recv(fd_.get(), dst, n, 0);
+    if (k > 0) {
+      cut_rest_ -= static_cast<size_t>(k);
+      return static_cast<size_t>(k);
+    }
+    if (k == 0) lost("the peer closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    if (errno == EFAULT) {  // dst is not writable memory; the bytes stay in the socket
+      *bad_dst = true;
+      return 0;
+    }
+    lost(std::strerror(errno));
+  }
+}
+
+bool TcpLink::wait_rest(Clock::time_point deadline) {
+  if (closed_.closed()) lost("the link was closed");
+  if (ra_pos_ < ra_end_ || cut_rest_ == 0) return true;
+  return wait_fd(fd_.get(), POLLIN, deadline) || Clock::now() < deadline;
 }
 
 std::unique_ptr<TcpLink> tcp_connect(const std::string& endpoint, Clock::time_point deadline) {

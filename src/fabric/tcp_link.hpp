@@ -27,7 +27,13 @@ class TcpLink final : public Link {
   // ("peer lost"), never a SIGPIPE.
   void send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2,
                   Clock::time_point deadline) override;
+  bool kernel_reads_body() const override { return true; }  // sendmsg(2)
   bool recv(std::vector<uint8_t>& out, Clock::time_point deadline) override;
+  bool recv_split(std::vector<uint8_t>& out, Clock::time_point deadline, size_t split_over, size_t head,
+                  size_t* rest) override;
+  std::span<const uint8_t> rest_buffered(size_t n) override;
+  size_t recv_rest(uint8_t* dst, size_t n, bool* bad_dst) override;
+  bool wait_rest(Clock::time_point deadline) override;
   // shutdown(2) of both directions: wakes a send or recv blocked in poll.
   void close() override;
   const std::string& peer_name() const override { return peer_; }
@@ -50,6 +56,15 @@ class TcpLink final : public Link {
   static constexpr size_t kReadAhead = 64 * 1024;
   std::vector<uint8_t> ra_;
   size_t ra_pos_ = 0, ra_end_ = 0;
+  size_t cut_rest_ = 0;  // bytes of a cut frame (recv_split) still to be taken
+  // How much a read-ahead recv(2) asks for: kReadAhead, or after a cut frame
+  // only the next frame's head, so that the rest of a stream of large frames
+  // is not read ahead (and copied) but comes straight to where it goes.
+  size_t ra_ask_ = kReadAhead;
+
+  // recv() and recv_split(): frames over split_over bytes cut after `head`.
+  bool recv_frame(std::vector<uint8_t>& out, Clock::time_point deadline, size_t split_over, size_t head,
+                  size_t* rest);
 
   // Closes the link for `why` (the first reason given is kept).
   void shut(const std::string& why);

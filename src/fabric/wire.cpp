@@ -303,6 +303,23 @@ bool decode(const uint8_t* p, size_t n, Frame* out, std::string* why) {
   return fail(why, "frame header: type unknown");  // unreachable: frame_body_len checked it
 }
 
+bool decode_write_head(const uint8_t* p, size_t n, Frame* out, std::string* why) {
+  if (n != kHeaderBytes + kRequestFixed)
+    return fail(why, "write head: " + num(n) + " bytes (" + num(kHeaderBytes + kRequestFixed) + " expected)");
+  uint32_t len = 0;
+  if (!frame_body_len(p, kMaxFrame, &len, why)) return false;
+  if (static_cast<FrameType>(p[5]) != FrameType::Request)
+    return fail(why, "write head: a frame of type " + num(p[5]) + ", not a Request");
+  out->type = FrameType::Request;
+  // decode_request reads the fixed part only: the payload's place is checked
+  // against body_len, not read.
+  if (!decode_request(p + kHeaderBytes, len, &out->request, why)) return false;
+  if (out->request.kind != OpKind::Write)
+    return fail(why, "write head: a " + std::string(op_kind_name(out->request.kind)) + " Request, not a Write");
+  out->request.payload = nullptr;
+  return true;
+}
+
 std::string printable(std::string_view s, size_t max) {
   std::string r(s.substr(0, max));
   for (char& c : r)

@@ -146,6 +146,13 @@ bool frame_body_len(const uint8_t* hdr, size_t max_frame, uint32_t* body_len, st
 // unspecified. Payload pointers point into `p`.
 bool decode(const uint8_t* p, size_t n, Frame* out, std::string* why);
 
+// Decodes the head of a WRITE Request frame cut by Link::recv_split: its
+// header and the Request's fixed part, exactly n = kHeaderBytes +
+// kRequestFixed bytes, the payload still to come. Checks every field that
+// decode() checks (the header's body_len against the Request's len among
+// them); any other frame fails. out->request.payload is null.
+bool decode_write_head(const uint8_t* p, size_t n, Frame* out, std::string* why);
+
 // `s` cut to at most `max` bytes, every byte outside printable ASCII replaced
 // by '?': what a Response's reason or a Hello's name may carry.
 std::string printable(std::string_view s, size_t max);

@@ -7,7 +7,7 @@
 //   ops     every operation (WRITE large/small/inline/gather, READ large/
 //           scatter, FETCH_ADD, COMPARE_SWAP, NOP), more WQEs than ring slots,
 //           transfers over fabric::kMaxChunk; both sides verify byte for byte.
-//   errors  remote-side faults, one per QP: prints "CASE <name> <status number> | <last_error>".
+//   errors  remote-side faults and an unreadable source, one per QP: prints "CASE <name> <status number> | <last_error>".
 //   kill    a batch completes, then the responder dies (SIGKILL); the
 //           requester's next operations must fail: prints "LOST <status number> <ms> | <last_error>",
 //           "STATE <qp state>", "TEARDOWN <ms to destroy QPs and device>".
@@ -17,6 +17,7 @@
 //           the requester's operations time out; the requester then kills it.
 // Last line: "OK" (exit 0), "FAIL <what>" (exit 4), "ERROR <code> <message>" (exit 3).
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -269,6 +270,19 @@ void requester_errors(Side& s) {
   run(4, "misaligned_atomic", [&](const dev::QpHandle& h, dev::Ticket* t) {
     return dev::fetch_add<X>(h, reinterpret_cast<uint64_t*>(L), lk, R + kAtomicOff + 4, rk, 1, 0, t);
   });
+  // A source that lost its access under its registration (a misuse): a
+  // local protection error, never a crash. 32 KiB: over tcp such a WRITE
+  // leaves from the region itself (RemotePeer::payload_in_place).
+  const size_t n = 64 * 1024;
+  auto* m = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (m == MAP_FAILED) fail("mmap");
+  auto mr = s.pd->reg_mr(m, n, kinet::kAccessAll);
+  if (mprotect(m + n / 2, n / 2, PROT_NONE) != 0) fail("mprotect");
+  run(0, "unreadable_source", [&](const dev::QpHandle& h, dev::Ticket* t) {
+    return dev::put<X>(h, m + n / 2, mr->lkey(), R, rk, 32 * 1024, 0, t);
+  });
+  mr.reset();
+  munmap(m, n);
   // The last good byte still passes (on a fresh QP pair? all are in ERROR): checked by "ops".
 }
 

@@ -7,9 +7,11 @@
 // responder (held answers, Flush, ack_later where it does not belong).
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -25,6 +27,7 @@
 #include "fabric/endpoint.hpp"
 #include "fabric/tcp_link.hpp"
 #include "fabric/wire.hpp"
+#include "providers/emu/prm.hpp"
 #include "kinet/kinet.hpp"
 #include "test_util.hpp"
 
@@ -727,6 +730,134 @@ TEST(FabricTcpLink, ALocalCloseIsTheReasonWhenNothingFailedFirst) {
   EXPECT_EQ(p.recv_error(), lost);
 }
 
+// recv_split: a large frame comes back cut after its head, the caller takes
+// its rest (bytes read ahead first, then from the socket), and the frame
+// after it arrives whole. Receiving again before the rest is taken is refused.
+namespace {
+constexpr size_t kWriteHead = fab::kHeaderBytes + fab::kRequestFixed;
+// An encoded WRITE Request frame with `n` payload bytes (i * 7 + 3).
+std::vector<uint8_t> write_frame(size_t n, std::vector<uint8_t>* payload) {
+  payload->resize(n);
+  for (size_t i = 0; i < n; ++i) (*payload)[i] = static_cast<uint8_t>(i * 7 + 3);
+  fab::Request r;
+  r.seq = 9;
+  r.kind = fab::OpKind::Write;
+  r.raddr = 0x1000;
+  r.rkey = 0x0102;
+  r.len = n;
+  r.payload = payload->data();
+  std::vector<uint8_t> b;
+  fab::encode(r, b);
+  return b;
+}
+}  // namespace
+
+TEST(FabricTcpLink, ACutFrameHandsItsRestToTheCallerAndTheNextFrameComesWhole) {
+  LinkPair p;
+  std::vector<uint8_t> payload;
+  std::vector<uint8_t> bytes = write_frame(200000, &payload);
+  fab::Request fl;
+  fl.seq = 10;
+  fl.kind = fab::OpKind::Flush;
+  fab::encode(fl, bytes);
+  std::thread writer([&] {
+    for (size_t off = 0; off < bytes.size();) {
+      const ssize_t k = ::write(p.far, bytes.data() + off, std::min<size_t>(bytes.size() - off, 30000));
+      if (k <= 0) return;
+      off += static_cast<size_t>(k);
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::vector<uint8_t> head;
+  size_t rest = 0;
+  while (!p.link->recv_split(head, deadline, kWriteHead + 1000, kWriteHead, &rest)) {
+  }
+  ASSERT_EQ(head.size(), kWriteHead);
+  ASSERT_EQ(rest, payload.size());
+  fab::Frame f;
+  std::string why;
+  ASSERT_TRUE(fab::decode_write_head(head.data(), head.size(), &f, &why)) << why;
+  EXPECT_EQ(f.request.len, payload.size());
+  EXPECT_EQ(f.request.payload, nullptr);
+  std::vector<uint8_t> got(payload.size(), 0);
+  size_t off = 0, from_ahead = 0, from_socket = 0;
+  while (off < got.size()) {
+    const auto part = p.link->rest_buffered(got.size() - off);
+    if (!part.empty()) {
+      std::memcpy(got.data() + off, part.data(), part.size());
+      off += part.size();
+      from_ahead += part.size();
+      continue;
+    }
+    ASSERT_TRUE(p.link->wait_rest(deadline));
+    bool bad = true;
+    const size_t k = p.link->recv_rest(got.data() + off, got.size() - off, &bad);
+    EXPECT_FALSE(bad);
+    off += k;
+    from_socket += k;
+  }
+  EXPECT_TRUE(got == payload) << "the rest differs";
+  EXPECT_GT(from_ahead, 0u);
+  EXPECT_GT(from_socket, 0u) << "no byte of the rest came straight from the socket";
+  std::vector<uint8_t> next;
+  ASSERT_TRUE(p.link->recv_split(next, deadline, kWriteHead + 1000, kWriteHead, &rest));
+  EXPECT_EQ(rest, 0u);
+  ASSERT_TRUE(fab::decode(next.data(), next.size(), &f, &why)) << why;
+  EXPECT_EQ(f.request.kind, fab::OpKind::Flush);
+  EXPECT_EQ(f.request.seq, 10u);
+  writer.join();
+
+  LinkPair q;  // a receive before the rest was taken
+  const std::vector<uint8_t> small = write_frame(5000, &payload);
+  ASSERT_EQ(::write(q.far, small.data(), small.size()), static_cast<ssize_t>(small.size()));
+  while (!q.link->recv_split(head, deadline, kWriteHead + 1000, kWriteHead, &rest)) {
+  }
+  EXPECT_EQ(rest, 5000u);
+  EXPECT_EQ(kinet::test::error_of([&] { q.link->recv(next, deadline); }, kinet::ErrorCode::InvalidArgument),
+            "tcp far-end: a frame received while 5000 bytes of the cut one before it were not taken");
+}
+
+// recv_rest into memory that can't be written (EFAULT) takes nothing: the
+// same bytes then come into good memory, none lost.
+TEST(FabricTcpLink, RecvRestIntoUnwritableMemoryTakesNothing) {
+  LinkPair p;
+  std::vector<uint8_t> payload;
+  const std::vector<uint8_t> bytes = write_frame(150000, &payload);
+  std::thread writer([&] {
+    for (size_t off = 0; off < bytes.size();) {
+      const ssize_t k = ::write(p.far, bytes.data() + off, bytes.size() - off);
+      if (k <= 0) return;
+      off += static_cast<size_t>(k);
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::vector<uint8_t> head;
+  size_t rest = 0;
+  while (!p.link->recv_split(head, deadline, kWriteHead + 1000, kWriteHead, &rest)) {
+  }
+  ASSERT_EQ(rest, payload.size());
+  std::vector<uint8_t> got;
+  for (auto part = p.link->rest_buffered(rest); !part.empty(); part = p.link->rest_buffered(rest - got.size()))
+    got.insert(got.end(), part.begin(), part.end());
+  ASSERT_LT(got.size(), payload.size());
+  void* none = ::mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(none, MAP_FAILED);
+  ASSERT_TRUE(p.link->wait_rest(deadline));
+  bool bad = false;
+  EXPECT_EQ(p.link->recv_rest(static_cast<uint8_t*>(none), 4096, &bad), 0u);
+  EXPECT_TRUE(bad);
+  ::munmap(none, 4096);
+  while (got.size() < payload.size()) {
+    ASSERT_TRUE(p.link->wait_rest(deadline));
+    std::vector<uint8_t> b(payload.size() - got.size());
+    const size_t k = p.link->recv_rest(b.data(), b.size(), &bad);
+    EXPECT_FALSE(bad);
+    got.insert(got.end(), b.begin(), b.begin() + static_cast<ptrdiff_t>(k));
+  }
+  EXPECT_TRUE(got == payload) << "bytes were lost or changed";
+  writer.join();
+}
+
 // ---- this process's responder against a raw requester ----------------------
 // A client speaks the wire protocol to this process's listener as the peer
 // QP (fake node 0x123456789abcdef0, QPN 0x100) the test's QP is connected to.
@@ -932,4 +1063,126 @@ TEST(FabricHostileRequester, AckLaterOnAReadClosesTheLink) {
   // A new link to the same responder works.
   auto l2 = fab::tcp_connect(fab::parse_endpoint(q.me.endpoint).tcp, std::chrono::steady_clock::now() + 10s);
   EXPECT_TRUE(l2 != nullptr);
+}
+
+// A WRITE's payload from 16 KiB on goes from the connection straight into
+// the region as it arrives (fabric::respond_from_link), each part checked
+// again: after a deregistration between parts nothing more lands, the answer
+// is a remote access error, and the link serves on.
+TEST(FabricHostileRequester, AWritesPayloadLandsAsItArrivesAndStopsAtADeregistration) {
+  RawRequester q;
+  constexpr size_t kLen = 256 * 1024, kHalf = kLen / 2;
+  std::vector<uint8_t> big(kLen, 0x5a);
+  auto mr = q.rig.pd->reg_mr(big.data(), big.size(), kinet::kAccessAll);
+  const kinet::RemoteKey rk = mr->remote_key();
+  fab::Request r = q.base(fab::OpKind::Write);
+  r.raddr = rk.addr;
+  r.rkey = rk.rkey;
+  r.len = kLen;
+  std::vector<uint8_t> payload(kLen);
+  for (size_t i = 0; i < kLen; ++i) payload[i] = i < kHalf ? 0xb1 : 0xb2;
+  std::vector<uint8_t> head;
+  fab::encode_head(r, head);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  q.link->send_parts(head.data(), head.size(), payload.data(), kHalf, deadline);
+  // The first half lands before the second is sent: the responder does not
+  // wait for the whole frame.
+  auto at = [&](size_t i) { return std::atomic_ref<uint8_t>(big[i]).load(std::memory_order_acquire); };
+  const auto t0 = std::chrono::steady_clock::now();
+  while (at(kHalf - 1) != 0xb1 && ms_since(t0) < 5000) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(at(kHalf - 1), 0xb1) << "the first half did not land as it arrived";
+  mr.reset();
+  q.link->send_parts(payload.data() + kHalf, kHalf, nullptr, 0, deadline);
+  const fab::Response a = q.answer();
+  EXPECT_EQ(a.seq, r.seq);
+  EXPECT_EQ(a.syndrome, kinet::emu::prm::kSynRemoteAccess);
+  EXPECT_NE(a.why.find("is not registered"), std::string::npos) << a.why;
+  EXPECT_EQ(std::count(big.begin(), big.begin() + kHalf, 0xb1), static_cast<ptrdiff_t>(kHalf));
+  EXPECT_EQ(std::count(big.begin() + kHalf, big.end(), 0x5a), static_cast<ptrdiff_t>(kHalf))
+      << "bytes landed after the deregistration";
+  const uint64_t s = q.write16(0, 0xc3, 0);  // the link serves on
+  const fab::Response ok = q.answer();
+  EXPECT_EQ(ok.seq, s);
+  EXPECT_EQ(ok.syndrome, 0);
+  EXPECT_EQ(q.byte(0), 0xc3);
+}
+
+// A large WRITE into a region part of which lost its access under the
+// registration (mprotect, a misuse): a remote access error, not a crash, and
+// the link serves on.
+TEST(FabricHostileRequester, ALargeWriteIntoMemoryNoLongerWritableFailsAndTheLinkLives) {
+  RawRequester q;
+  constexpr size_t kLen = 256 * 1024;
+  auto* m = static_cast<uint8_t*>(::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  std::memset(m, 0x5a, kLen);
+  auto mr = q.rig.pd->reg_mr(m, kLen, kinet::kAccessAll);
+  const kinet::RemoteKey rk = mr->remote_key();
+  ASSERT_EQ(::mprotect(m + kLen / 2, kLen / 2, PROT_NONE), 0);
+  fab::Request r = q.base(fab::OpKind::Write);
+  r.raddr = rk.addr + kLen / 4;
+  r.rkey = rk.rkey;
+  r.len = kLen / 2;  // half of it in the part that can't be written
+  const std::vector<uint8_t> payload(r.len, 0xd4);
+  r.payload = payload.data();
+  std::vector<uint8_t> b;
+  fab::encode(r, b);
+  send(*q.link, b);
+  const fab::Response a = q.answer();
+  EXPECT_EQ(a.seq, r.seq);
+  EXPECT_EQ(a.syndrome, kinet::emu::prm::kSynRemoteAccess);
+  EXPECT_EQ(a.why.rfind("remote memory: ", 0), 0u) << a.why;
+  EXPECT_EQ(std::count(m, m + kLen / 4, 0x5a), static_cast<ptrdiff_t>(kLen / 4)) << "bytes landed before the range";
+  const uint64_t s = q.write16(0, 0xc5, 0);
+  const fab::Response ok = q.answer();
+  EXPECT_EQ(ok.seq, s);
+  EXPECT_EQ(ok.syndrome, 0);
+  EXPECT_EQ(q.byte(0), 0xc5);
+  mr.reset();
+  ::munmap(m, kLen);
+}
+
+// A large READ's data leaves from the region itself (respond_read_in_place):
+// the bytes arrive right; a READ of memory that lost its read access under
+// the registration (mprotect, a misuse) is a remote access error, not a
+// crash, and the link serves on.
+TEST(FabricHostileRequester, ALargeReadLeavesFromTheRegionAndAnUnreadableOneFails) {
+  RawRequester q;
+  constexpr size_t kLen = 256 * 1024;
+  auto* m = static_cast<uint8_t*>(::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  for (size_t i = 0; i < kLen; ++i) m[i] = static_cast<uint8_t>(i * 5 + 1);
+  auto mr = q.rig.pd->reg_mr(m, kLen, kinet::kAccessAll);
+  const kinet::RemoteKey rk = mr->remote_key();
+  auto read = [&](uint64_t off, uint64_t len) {
+    fab::Request r = q.base(fab::OpKind::Read);
+    r.raddr = rk.addr + off;
+    r.rkey = rk.rkey;
+    r.len = len;
+    std::vector<uint8_t> b;
+    fab::encode(r, b);
+    send(*q.link, b);
+    return r.seq;
+  };
+  const uint64_t s1 = read(1000, 64 * 1024);
+  fab::Frame f;
+  const std::vector<uint8_t> frame = recv_frame(*q.link, &f);
+  ASSERT_EQ(f.type, fab::FrameType::Response);
+  EXPECT_EQ(f.response.seq, s1);
+  EXPECT_EQ(f.response.syndrome, 0) << f.response.why;
+  ASSERT_EQ(f.response.len, 64u * 1024);
+  EXPECT_EQ(std::memcmp(f.response.payload, m + 1000, 64 * 1024), 0) << "the READ's data differs";
+  ASSERT_EQ(::mprotect(m + kLen / 2, kLen / 2, PROT_NONE), 0);
+  const uint64_t s2 = read(kLen / 4, kLen / 2);  // half of it unreadable
+  const fab::Response a = q.answer();
+  EXPECT_EQ(a.seq, s2);
+  EXPECT_EQ(a.syndrome, kinet::emu::prm::kSynRemoteAccess);
+  EXPECT_EQ(a.why.rfind("remote memory: source [0x", 0), 0u) << a.why;
+  const uint64_t s3 = q.write16(0, 0xc7, 0);
+  const fab::Response ok = q.answer();
+  EXPECT_EQ(ok.seq, s3);
+  EXPECT_EQ(ok.syndrome, 0);
+  EXPECT_EQ(q.byte(0), 0xc7);
+  mr.reset();
+  ::munmap(m, kLen);
 }

@@ -172,6 +172,10 @@ bool QpRunner::pump(InFlight& e) {
   // The WRITE payload's staging copy, kept per engine thread: a fresh vector
   // per call cost an allocation, a zero-fill and page faults per chunk.
   thread_local std::vector<uint8_t> payload;
+  // A large WRITE from host memory leaves from the region itself (send(2)
+  // reads it: one copy fewer per byte); the guard stays held until start()
+  // has sent it, so the region can't be deregistered under the send.
+  std::shared_lock<std::shared_mutex> sending;
   while (e.sent < e.chunks.size() && !e.fault_syndrome &&
          (qp_.remote_out_bytes == 0 || qp_.remote_out_bytes + cost(e.chunks[e.sent]) <= kRemoteOutBytes)) {
     InFlight::Chunk& c = e.chunks[e.sent];
@@ -199,20 +203,29 @@ bool QpRunner::pump(InFlight& e) {
         if (c.sge < 0) {
           rq.payload = e.bb + prm::kSeg2 + prm::kInlineHeader + c.sge_off;
         } else {
-          if (payload.size() < c.len) payload.resize(c.len);
           MrEntry lmr[2];
           std::shared_lock<std::shared_mutex> g(memory_guard());
           Fault f = check_local(w, false, lmr);  // still registered under the guard
-          if (!f)
-            if (CopyResult r = safe_copy(payload.data(), MemoryKind::Host,
-                                         reinterpret_cast<const void*>(w.sge[c.sge].addr + c.sge_off),
-                                         lmr[c.sge].kind, c.len))
+          const auto* src = reinterpret_cast<const uint8_t*>(w.sge[c.sge].addr + c.sge_off);
+          // In place only where start() sends the payload by itself, from
+          // where it is, through the kernel (a smaller one is copied into a
+          // batch, and a shm link copies it into its ring, with memcpy: an
+          // unmapped page would crash them).
+          const bool in_place = lmr[c.sge].kind == MemoryKind::Host && c.len >= RemotePeer::kGatherBytes &&
+                                qp_.peer->payload_in_place();
+          if (!f && in_place) {
+            if (CopyResult r = probe_source(src, c.len)) f = local_copy_fault(r);
+          } else if (!f) {
+            if (payload.size() < c.len) payload.resize(c.len);
+            if (CopyResult r = safe_copy(payload.data(), MemoryKind::Host, src, lmr[c.sge].kind, c.len))
               f = local_copy_fault(r);
+          }
           if (f) {
             set_fault(e, f);
             break;
           }
-          rq.payload = payload.data();
+          rq.payload = in_place ? src : payload.data();
+          if (in_place) sending = std::move(g);
         }
         break;
       case prm::kRdmaRead:
@@ -225,6 +238,7 @@ bool QpRunner::pump(InFlight& e) {
     }
     if (e.fault_syndrome) break;
     c.call = qp_.peer->start(rq);
+    if (sending.owns_lock()) sending.unlock();
     c.urgent = !(rq.flags & fabric::kAckLater);
     if (c.urgent) qp_.urgent_seqs.push_back(c.call->seq);
     if (w.signaled) signaled_started_ = true;  // a quiet's Flush too: only a signalled NOP sends one

@@ -120,15 +120,18 @@ std::string range(const void* p, size_t n) {
   return b;
 }
 
-CopyResult host_fault(void* dst, const void* src, size_t n) {
+CopyResult unreadable_source(const void* src, size_t n) {
   CopyResult r;
-  if (!readable(src, n)) {
-    r.side = CopyResult::Src;
-    r.why = "source " + range(src, n) + " is not mapped (unmapped after registration?)";
-  } else {
-    r.side = CopyResult::Dst;
-    r.why = "destination " + range(dst, n) + " is not mapped or not writable (unmapped after registration?)";
-  }
+  r.side = CopyResult::Src;
+  r.why = "source " + range(src, n) + " is not mapped (unmapped after registration?)";
+  return r;
+}
+
+CopyResult host_fault(void* dst, const void* src, size_t n) {
+  if (!readable(src, n)) return unreadable_source(src, n);
+  CopyResult r;
+  r.side = CopyResult::Dst;
+  r.why = "destination " + range(dst, n) + " is not mapped or not writable (unmapped after registration?)";
   return r;
 }
 
@@ -145,6 +148,11 @@ std::mutex& atomic_mu() {
   return *m;
 }
 }  // namespace
+
+CopyResult probe_source(const void* src, size_t n) {
+  if (n == 0 || readable(src, n)) return {};
+  return unreadable_source(src, n);
+}
 
 CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n) {
   if (n == 0) return {};

@@ -26,6 +26,13 @@ struct CopyResult {
 // host side bounced through the guarded copy. Never throws.
 CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, size_t n);
 
+// Whether every page of host memory [src, +n) can be read now: a failure as
+// safe_copy reports an unreadable source (side Src). For a source read next
+// by something other than safe_copy (the kernel, in send(2), which fails
+// with EFAULT rather than a signal): what is unmapped after the check fails
+// that reader instead. Never throws.
+CopyResult probe_source(const void* src, size_t n);
+
 // One NIC atomic on the 8 aligned bytes at `target`. Host memory: a CPU
 // atomic (acq_rel) that a fault ends early, so it is atomic with CPU threads'
 // atomics on the word too (more than IBV_ATOMIC_HCA promises). GPU memory:
