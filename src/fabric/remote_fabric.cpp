@@ -565,6 +565,12 @@ void RemoteFabric::serve(Inbound& in) {
     // from the connection straight into the target region
     // (fabric::respond_from_link): one copy fewer per byte.
     constexpr size_t kPlaceBytes = 16 * 1024;
+    // A READ's data from kReadPlaceBytes on leaves from the region itself,
+    // each answer a send(2) of its own; smaller ones are copied into the
+    // batch of answers (read_bw at 16-32 KiB ran a third slower when they
+    // left in place from 16 KiB, 1.1-1.3x faster at 64 KiB-512 KiB:
+    // docs/PERFORMANCE.md section 4, session 14).
+    constexpr size_t kReadPlaceBytes = 64 * 1024;
     constexpr size_t kWriteHead = fabric::kHeaderBytes + fabric::kRequestFixed;
     size_t rest = 0;  // bytes of the frame in `buf` still on the link
     auto next = [&](Clock::time_point deadline) {
@@ -629,7 +635,8 @@ void RemoteFabric::serve(Inbound& in) {
         const Fault fault = fabric::respond_from_link(nic.get(), f.request, link, &qp_cache, scratch);
         r.syndrome = fault.syndrome;
         r.why = fabric::printable(fault.why, fabric::kMaxWhy);
-      } else if (f.request.kind == fabric::OpKind::Read && f.request.len >= kPlaceBytes && link.kernel_reads_body()) {
+      } else if (f.request.kind == fabric::OpKind::Read && f.request.len >= kReadPlaceBytes &&
+                 link.kernel_reads_body()) {
         read_in_place = true;  // answered below, its data sent from the region itself
       } else {
         // The one responder check and access (fabric/responder.hpp), as the
@@ -695,9 +702,9 @@ void RemoteFabric::serve(Inbound& in) {
           r.why = fabric::printable(fault.why, fabric::kMaxWhy);
           fabric::encode(r, out);
         }
-      } else if (r.len >= kPlaceBytes) {
-        // A large READ answer leaves now, from the scratch it was read into,
-        // with the answers batched before it (not copied into the batch).
+      } else if (r.len >= kBatchBytes) {
+        // A READ answer that fills a batch by itself leaves now, from the
+        // scratch it was read into, with the answers batched before it.
         // Smaller ones gain more from waiting to share a send with the next
         // answers (read_bw at 4 KiB looked a quarter lower when they left
         // in place from 4 KiB).
