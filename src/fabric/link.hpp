@@ -76,8 +76,10 @@ class Link {
   }
   // At most n of the cut frame's next bytes, straight from the connection
   // into dst, without blocking (call it when rest_buffered() is empty): how
-  // many; 0 when none are there yet. *bad_dst: dst can't be written (EFAULT;
-  // nothing taken): take the rest elsewhere. Throws as recv() does.
+  // many; 0 when none are there yet, or when the link read them ahead
+  // instead (a small rest: rest_buffered() then has them). *bad_dst: dst
+  // can't be written (EFAULT; nothing taken): take the rest elsewhere.
+  // Throws as recv() does.
   // (The default is never called: a link that doesn't cut has no rest.)
   virtual size_t recv_rest(uint8_t* dst, size_t n, bool* bad_dst) {
     (void)dst, (void)n;

@@ -146,10 +146,12 @@ Fault respond_from_link(emu::Nic* nic, const Request& rq, Link& link, QpCache* c
   constexpr size_t kStage = 256 * 1024;  // GPU targets and dropped bytes go through scratch in parts of this
   if (!nic && !f) f = {kSynTransportRetry, "no NIC for a WRITE's payload"};
   uint64_t off = 0;
+  bool dry = false;  // the last attempt found nothing: wait before the next (not before the first: the
+                     // payload usually follows its head at once, and a poll(2) per WRITE cost more)
   while (off < rq.len) {
     const size_t want = static_cast<size_t>(rq.len - off);
     const std::span<const uint8_t> ahead = link.rest_buffered(want);
-    if (ahead.empty() && !link.wait_rest(Clock::now() + std::chrono::seconds(1)))
+    if (ahead.empty() && dry && !link.wait_rest(Clock::now() + std::chrono::seconds(1)))
       continue;  // a peer may stall mid-frame; close() ends the wait (it throws)
     size_t got = ahead.size();
     if (!f) {
@@ -181,6 +183,7 @@ Fault respond_from_link(emu::Nic* nic, const Request& rq, Link& link, QpCache* c
       scratch.resize(std::min(want, kStage));
       got = link.recv_rest(scratch.data(), scratch.size(), &bad);
     }
+    dry = got == 0;
     off += got;
   }
   return f;

@@ -177,7 +177,10 @@ bool TcpLink::recv_frame(std::vector<uint8_t>& out, Clock::time_point deadline, 
         if (rx_need_ > split_over) {  // cut: the rest is the caller's to take
           cut_rest_ = rx_need_ - head;
           rx_need_ = head;
-          ra_ask_ = head;
+          // Rests of kReadAhead or more: the next read-ahead takes only the
+          // next head. Smaller ones: reading ahead several frames per recv(2)
+          // costs less than the copy out of the read-ahead buffer it brings.
+          ra_ask_ = cut_rest_ >= kReadAhead ? head : kReadAhead;
         } else {
           ra_ask_ = kReadAhead;
         }
@@ -244,10 +247,20 @@ size_t TcpLink::recv_rest(uint8_t* dst, size_t n, bool* bad_dst) {
   if (ra_pos_ < ra_end_ && cut_rest_)
     throw Error(ErrorCode::InvalidArgument, peer_ + ": recv_rest before the bytes read ahead were taken");
   n = std::min(n, cut_rest_);
+  // A rest smaller than a read-ahead is read ahead, with the frames after
+  // it: one recv(2) for several frames costs less than the copy out of the
+  // read-ahead buffer (rest_buffered() then has the bytes).
+  const bool ahead = cut_rest_ < kReadAhead;
+  if (ahead && ra_.size() < kReadAhead) ra_.resize(kReadAhead);
   for (;;) {
     if (closed_.closed()) lost("the link was closed");
     if (n == 0) return 0;
-    const ssize_t k = ::recv(fd_.get(), dst, n, 0);
+    const ssize_t k = ahead ? ::recv(fd_.get(), ra_.data(), kReadAhead, 0) : ::recv(fd_.get(), dst, n, 0);
+    if (k > 0 && ahead) {
+      ra_pos_ = 0;
+      ra_end_ = static_cast<size_t>(k);
+      return 0;
+    }
     if (k > 0) {
       cut_rest_ -= static_cast<size_t>(k);
       return static_cast<size_t>(k);

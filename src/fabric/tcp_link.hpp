@@ -58,8 +58,9 @@ class TcpLink final : public Link {
   size_t ra_pos_ = 0, ra_end_ = 0;
   size_t cut_rest_ = 0;  // bytes of a cut frame (recv_split) still to be taken
   // How much a read-ahead recv(2) asks for: kReadAhead, or after a cut frame
-  // only the next frame's head, so that the rest of a stream of large frames
-  // is not read ahead (and copied) but comes straight to where it goes.
+  // with a rest of kReadAhead or more only the next frame's head, so that
+  // the rest of a stream of large frames is not read ahead (and copied) but
+  // comes straight to where it goes.
   size_t ra_ask_ = kReadAhead;
 
   // recv() and recv_split(): frames over split_over bytes cut after `head`.

@@ -750,6 +750,23 @@ std::vector<uint8_t> write_frame(size_t n, std::vector<uint8_t>* payload) {
   fab::encode(r, b);
   return b;
 }
+// Writes `bytes` to the far end in pieces of at most `piece`, on a thread.
+std::thread write_async(const LinkPair& p, const std::vector<uint8_t>& bytes, size_t piece) {
+  return std::thread([&p, &bytes, piece] {
+    for (size_t off = 0; off < bytes.size();) {
+      const ssize_t k = ::write(p.far, bytes.data() + off, std::min(bytes.size() - off, piece));
+      if (k <= 0) return;
+      off += static_cast<size_t>(k);
+    }
+  });
+}
+// The next frame, cut after its head when over kWriteHead + 1000 bytes; the rest's size.
+size_t recv_cut(const LinkPair& p, std::vector<uint8_t>& out, std::chrono::steady_clock::time_point deadline) {
+  size_t rest = 0;
+  while (!p.link->recv_split(out, deadline, kWriteHead + 1000, kWriteHead, &rest)) {
+  }
+  return rest;
+}
 }  // namespace
 
 TEST(FabricTcpLink, ACutFrameHandsItsRestToTheCallerAndTheNextFrameComesWhole) {
@@ -760,18 +777,10 @@ TEST(FabricTcpLink, ACutFrameHandsItsRestToTheCallerAndTheNextFrameComesWhole) {
   fl.seq = 10;
   fl.kind = fab::OpKind::Flush;
   fab::encode(fl, bytes);
-  std::thread writer([&] {
-    for (size_t off = 0; off < bytes.size();) {
-      const ssize_t k = ::write(p.far, bytes.data() + off, std::min<size_t>(bytes.size() - off, 30000));
-      if (k <= 0) return;
-      off += static_cast<size_t>(k);
-    }
-  });
+  std::thread writer = write_async(p, bytes, 30000);
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   std::vector<uint8_t> head;
-  size_t rest = 0;
-  while (!p.link->recv_split(head, deadline, kWriteHead + 1000, kWriteHead, &rest)) {
-  }
+  size_t rest = recv_cut(p, head, deadline);
   ASSERT_EQ(head.size(), kWriteHead);
   ASSERT_EQ(rest, payload.size());
   fab::Frame f;
@@ -810,9 +819,7 @@ TEST(FabricTcpLink, ACutFrameHandsItsRestToTheCallerAndTheNextFrameComesWhole) {
   LinkPair q;  // a receive before the rest was taken
   const std::vector<uint8_t> small = write_frame(5000, &payload);
   ASSERT_EQ(::write(q.far, small.data(), small.size()), static_cast<ssize_t>(small.size()));
-  while (!q.link->recv_split(head, deadline, kWriteHead + 1000, kWriteHead, &rest)) {
-  }
-  EXPECT_EQ(rest, 5000u);
+  EXPECT_EQ(recv_cut(q, head, deadline), 5000u);
   EXPECT_EQ(kinet::test::error_of([&] { q.link->recv(next, deadline); }, kinet::ErrorCode::InvalidArgument),
             "tcp far-end: a frame received while 5000 bytes of the cut one before it were not taken");
 }
@@ -823,18 +830,10 @@ TEST(FabricTcpLink, RecvRestIntoUnwritableMemoryTakesNothing) {
   LinkPair p;
   std::vector<uint8_t> payload;
   const std::vector<uint8_t> bytes = write_frame(150000, &payload);
-  std::thread writer([&] {
-    for (size_t off = 0; off < bytes.size();) {
-      const ssize_t k = ::write(p.far, bytes.data() + off, bytes.size() - off);
-      if (k <= 0) return;
-      off += static_cast<size_t>(k);
-    }
-  });
+  std::thread writer = write_async(p, bytes, bytes.size());
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   std::vector<uint8_t> head;
-  size_t rest = 0;
-  while (!p.link->recv_split(head, deadline, kWriteHead + 1000, kWriteHead, &rest)) {
-  }
+  const size_t rest = recv_cut(p, head, deadline);
   ASSERT_EQ(rest, payload.size());
   std::vector<uint8_t> got;
   for (auto part = p.link->rest_buffered(rest); !part.empty(); part = p.link->rest_buffered(rest - got.size()))
@@ -930,6 +929,14 @@ struct RawRequester {
     fab::Response a = answers.front();
     answers.pop_front();
     return a;
+  }
+  // The link still serves: a 16-byte WRITE of `fill` at offset 0 is answered Ok and lands.
+  void expect_serves(uint8_t fill) {
+    const uint64_t s = write16(0, fill, 0);
+    const fab::Response ok = answer();
+    EXPECT_EQ(ok.seq, s);
+    EXPECT_EQ(ok.syndrome, 0);
+    EXPECT_EQ(byte(0), fill);
   }
   std::deque<fab::Response> answers;  // received, not yet taken
   int frames = 0;                     // Response frames received
@@ -1100,11 +1107,7 @@ TEST(FabricHostileRequester, AWritesPayloadLandsAsItArrivesAndStopsAtADeregistra
   EXPECT_EQ(std::count(big.begin(), big.begin() + kHalf, 0xb1), static_cast<ptrdiff_t>(kHalf));
   EXPECT_EQ(std::count(big.begin() + kHalf, big.end(), 0x5a), static_cast<ptrdiff_t>(kHalf))
       << "bytes landed after the deregistration";
-  const uint64_t s = q.write16(0, 0xc3, 0);  // the link serves on
-  const fab::Response ok = q.answer();
-  EXPECT_EQ(ok.seq, s);
-  EXPECT_EQ(ok.syndrome, 0);
-  EXPECT_EQ(q.byte(0), 0xc3);
+  q.expect_serves(0xc3);  // the link serves on
 }
 
 // A large WRITE into a region part of which lost its access under the
@@ -1133,11 +1136,7 @@ TEST(FabricHostileRequester, ALargeWriteIntoMemoryNoLongerWritableFailsAndTheLin
   EXPECT_EQ(a.syndrome, kinet::emu::prm::kSynRemoteAccess);
   EXPECT_EQ(a.why.rfind("remote memory: ", 0), 0u) << a.why;
   EXPECT_EQ(std::count(m, m + kLen / 4, 0x5a), static_cast<ptrdiff_t>(kLen / 4)) << "bytes landed before the range";
-  const uint64_t s = q.write16(0, 0xc5, 0);
-  const fab::Response ok = q.answer();
-  EXPECT_EQ(ok.seq, s);
-  EXPECT_EQ(ok.syndrome, 0);
-  EXPECT_EQ(q.byte(0), 0xc5);
+  q.expect_serves(0xc5);  // the link serves on
   mr.reset();
   ::munmap(m, kLen);
 }
@@ -1178,11 +1177,7 @@ TEST(FabricHostileRequester, ALargeReadLeavesFromTheRegionAndAnUnreadableOneFail
   EXPECT_EQ(a.seq, s2);
   EXPECT_EQ(a.syndrome, kinet::emu::prm::kSynRemoteAccess);
   EXPECT_EQ(a.why.rfind("remote memory: source [0x", 0), 0u) << a.why;
-  const uint64_t s3 = q.write16(0, 0xc7, 0);
-  const fab::Response ok = q.answer();
-  EXPECT_EQ(ok.seq, s3);
-  EXPECT_EQ(ok.syndrome, 0);
-  EXPECT_EQ(q.byte(0), 0xc7);
+  q.expect_serves(0xc7);  // the link serves on
   mr.reset();
   ::munmap(m, kLen);
 }
