@@ -45,8 +45,9 @@ Fault check_shape(const Request& rq, const RequesterBuffers& rb) {
 }
 
 // respond()'s checks, then access(target, kind of the region) with the QP's
-// responder_mu held shared. rb null: a WRITE whose payload the caller places
-// (respond_in_place), so no payload pointer is looked for.
+// responder_mu held shared. rb null: a WRITE or READ whose data `access`
+// moves itself (respond_from_link, respond_read_in_place), so no requester
+// buffer is looked for.
 template <class Access>
 Fault checked(emu::Nic& nic, const Request& rq, const RequesterBuffers* rb, QpCache* cache, Access&& access) {
   // Built only when needed: respond() runs per operation.
