@@ -690,6 +690,7 @@ void RemoteFabric::serve(Inbound& in) {
           std::shared_lock<std::shared_mutex> guard(memory_guard());
           fault = fabric::respond_read_in_place(*nic, f.request, &qp_cache, scratch, [&](const uint8_t* data) {
             r.len = f.request.len;
+            r.payload = data;
             fabric::encode_head(r, out);
             link.send_parts(out.data(), out.size(), data, r.len, Clock::now() + bound);
             out.clear();

@@ -1088,6 +1088,7 @@ TEST(FabricHostileRequester, AWritesPayloadLandsAsItArrivesAndStopsAtADeregistra
   r.len = kLen;
   std::vector<uint8_t> payload(kLen);
   for (size_t i = 0; i < kLen; ++i) payload[i] = i < kHalf ? 0xb1 : 0xb2;
+  r.payload = payload.data();
   std::vector<uint8_t> head;
   fab::encode_head(r, head);
   const auto deadline = std::chrono::steady_clock::now() + 10s;
