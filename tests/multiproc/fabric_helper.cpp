@@ -270,6 +270,7 @@ void requester_errors(Side& s) {
   run(4, "misaligned_atomic", [&](const dev::QpHandle& h, dev::Ticket* t) {
     return dev::fetch_add<X>(h, reinterpret_cast<uint64_t*>(L), lk, R + kAtomicOff + 4, rk, 1, 0, t);
   });
+#if !defined(__SANITIZE_THREAD__)  // fault recovery inside TSan's memcpy interceptor is not supported
   // A source that lost its access under its registration (a misuse): a
   // local protection error, never a crash. 32 KiB: over tcp such a WRITE
   // leaves from the region itself (RemotePeer::payload_in_place).
@@ -283,6 +284,7 @@ void requester_errors(Side& s) {
   });
   mr.reset();
   munmap(m, n);
+#endif
   // The last good byte still passes (on a fresh QP pair? all are in ERROR): checked by "ops".
 }
 
