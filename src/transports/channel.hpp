@@ -9,6 +9,7 @@
 #pragma once
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -34,6 +35,18 @@ class ChannelEvents {
   // A message from a sender that was never add_peer()ed (the engine rejects
   // it); `who` describes the sender as well as the backend can.
   virtual void on_stranger(std::string_view who, const uint8_t* data, size_t bytes) = 0;
+  // Where the body of `peer`'s message should land, asked by a channel that
+  // fetches large bodies after their head has arrived (UCX rendezvous)
+  // before it fetches: nullptr (the default) = into the channel's own buffer.
+  // Otherwise the body is fetched to the address returned (then delivered by
+  // on_message_parts with body == that address) and *pin was incremented:
+  // the channel decrements it (and drops its reference) once it writes there no more (the fetch ended,
+  // failed or never started), delivered or not. The channel asks only while
+  // every earlier message of `peer` not yet delivered is a placed one, and
+  // starts a placed fetch only once no placed fetch still running overlaps
+  // it: data of a later message never lands under an earlier one's.
+  virtual uint8_t* place_body(uint32_t peer, const uint8_t* head, size_t hlen, size_t blen,
+                              std::shared_ptr<std::atomic<uint32_t>>* pin);
   // send(..., token) finished: the buffers may be reused. ok == false: the
   // message was not delivered (the peer is then lost, on_peer_lost follows).
   virtual void on_sent(uint64_t token, bool ok) = 0;
@@ -41,6 +54,11 @@ class ChannelEvents {
   // "peer lost: <why>". Reported once per peer.
   virtual void on_peer_lost(uint32_t peer, const std::string& why) = 0;
 };
+
+inline uint8_t* ChannelEvents::place_body(uint32_t, const uint8_t*, size_t, size_t,
+                                          std::shared_ptr<std::atomic<uint32_t>>*) {
+  return nullptr;
+}
 
 inline void ChannelEvents::on_message_parts(uint32_t peer, const uint8_t* head, size_t hlen, const uint8_t* body,
                                             size_t blen) {
@@ -80,6 +98,11 @@ class Channel {
   // Drives the backend; reports events through `ev`. Never blocks. Returns
   // the number of events reported.
   virtual size_t progress(ChannelEvents& ev) = 0;
+  // Moves data into placed bodies (ChannelEvents::place_body) and reports
+  // nothing: callable from any thread, for a deregistration waiting for its
+  // pins. give_up: peers with a placed fetch still running are lost, which
+  // ends those fetches (on_peer_lost follows from progress()).
+  virtual void drive_placed(bool give_up) { (void)give_up; }
 };
 
 }  // namespace kinet::transport

@@ -80,10 +80,19 @@ MsgTransport::MsgTransport(std::unique_ptr<Channel> ch, uint64_t node, MsgOption
   for (size_t i = opt_.depth; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
   static_assert(IpcPath::kMaxPeers >= kChunk * kMaxChunks);
   if (opt_.ipc) ipc_ = std::make_unique<IpcPath>(opt_.ipc, opt_.name);
+  reg_->timeout = opt_.timeout;
+  std::lock_guard dl(reg_->drive_mu);
+  reg_->drive = [ch = ch_.get()](bool give_up) { ch->drive_placed(give_up); };
 }
 
 MsgTransport::~MsgTransport() {
-  ch_.reset();  // first: it may still hold buffers of in_channel_
+  {
+    // First: the channel may still hold buffers of in_channel_, and fetch
+    // into placed bodies; a deregistration waiting for those waits for this.
+    std::lock_guard dl(reg_->drive_mu);
+    ch_.reset();
+    reg_->drive = nullptr;
+  }
   std::lock_guard lk(log_mu_);
   for (auto& [k, n] : rejections_)
     if (n > 1) KINET_LOG(Info, "transport %016llx: %s: %llu messages rejected in all", (unsigned long long)node_,

@@ -25,6 +25,15 @@
 //   compare_swap / signals kRemoteAtomic          -> RemoteAccess
 //   atomics and signal words 8-byte aligned      -> RemoteInvalidRequest
 // A fault while copying is RemoteAccess (RemoteOperation for GPU memory).
+// Placement (channels that fetch large bodies after their head: UCX
+// rendezvous): a put or put_signal to host memory that passes these checks
+// when its head arrives is fetched straight into its target (place_body),
+// the region pinned until the fetch ends (its deregistration waits, driving
+// the channel; past the timeout the sender is lost, which ends the fetch);
+// at delivery the checks run again and the copy is skipped. A request that
+// then fails them (its region deregistered meanwhile, a hostile sequence
+// number) is answered with that failure, its bytes already written where
+// its key allowed them.
 // Provider cuda_ipc (MsgOptions::ipc): GPU data travels by IPC reference and
 // the target copies it through CUDA IPC, with the checks of ipc_path.hpp.
 // Answers are applied only when they name an operation in flight to the
@@ -123,6 +132,9 @@ class MsgTransport final : public Transport, private ChannelEvents {
   Channel& channel() { return *ch_; }
   size_t payload_limit() const { return piece_; }  // largest put / get piece
   const IpcPath* ipc_path() const { return ipc_.get(); }  // cuda_ipc only, else null
+  // Bodies the channel fetched straight into their target region
+  // (place_body: a put's payload copied once less), for tests and diagnostics.
+  uint64_t placed() const { return placed_; }
 
  private:
   struct Op;
@@ -136,6 +148,8 @@ class MsgTransport final : public Transport, private ChannelEvents {
   // ChannelEvents
   void on_message(uint32_t peer, const uint8_t* data, size_t bytes) override;
   void on_message_parts(uint32_t peer, const uint8_t* head, size_t hlen, const uint8_t* body, size_t blen) override;
+  uint8_t* place_body(uint32_t peer, const uint8_t* head, size_t hlen, size_t blen,
+                      std::shared_ptr<std::atomic<uint32_t>>* pin) override;
   void on_stranger(std::string_view who, const uint8_t* data, size_t bytes) override;
   void on_sent(uint64_t token, bool ok) override;
   void on_peer_lost(uint32_t peer, const std::string& why) override;
@@ -209,6 +223,7 @@ class MsgTransport final : public Transport, private ChannelEvents {
   std::vector<uint32_t> pending_;   // peers with queued messages
   std::vector<uint32_t> ack_owed_;  // peers that may be owed an ack (Peer::ack_owed says)
   uint64_t polls_ = 0;              // poll() calls so far
+  uint64_t placed_ = 0;             // place_body() answers with an address
   size_t outstanding_ = 0;
   uint64_t next_id_ = 1;
 

@@ -3,8 +3,10 @@
 // and the engine's operation, message and peer records.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,9 +27,26 @@ struct Registry {
     uint64_t len;
     uint32_t access;
     MemoryKind kind;
+    // Bodies the channel is fetching straight into the region
+    // (ChannelEvents::place_body): its deregistration waits for 0.
+    std::shared_ptr<std::atomic<uint32_t>> pins;
   };
   std::unordered_map<uint32_t, Entry> by_key;
   std::atomic<int> gpu{0};  // regions of kind Gpu (local buffers are looked up only when > 0)
+
+  // Why a request's range fails the target's check (None: it passes).
+  enum class Fault { None, UnknownKey, OutOfBounds, NoAccess, Unaligned };
+  // The check of [raddr, raddr + len) under `key` for access `need` (and
+  // 8-byte alignment when `word`); under mu. *out: the entry when None.
+  Fault check(uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word, Entry* out) const;
+
+  // Set by the engine for its lifetime (under drive_mu): moves data into
+  // placed bodies without delivering anything (Channel::drive_placed), for a
+  // deregistration that waits for its pins on the thread that would
+  // otherwise poll; give_up ends fetches that ran past `timeout`.
+  std::mutex drive_mu;
+  std::function<void(bool give_up)> drive;
+  std::chrono::milliseconds timeout{10000};
 };
 
 // A fresh key: random, non-zero, never handed out before in this process.

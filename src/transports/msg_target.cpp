@@ -32,10 +32,42 @@ class MsgRegion final : public TransportRegion {
   MsgRegion(std::shared_ptr<Registry> reg, Registry::Entry e, uint32_t key, uint64_t node)
       : reg_(std::move(reg)), e_(e), key_(key), node_(node) {}
   ~MsgRegion() override {
-    std::lock_guard lk(reg_->mu);  // waits for an operation executing on any region
-    reg_->by_key.erase(key_);
-    if (e_.kind == MemoryKind::Gpu) reg_->gpu.fetch_sub(1);
+    {
+      std::lock_guard lk(reg_->mu);  // waits for an operation executing on any region
+      reg_->by_key.erase(key_);      // no new pins from here on
+      if (e_.kind == MemoryKind::Gpu) reg_->gpu.fetch_sub(1);
+    }
+    if (e_.pins->load(std::memory_order_acquire) != 0) wait_unpinned();
   }
+  // Bodies are still being fetched into the region: drive the channel
+  // (this thread may be the one that polls) until they land; past the
+  // transport's timeout their senders are given up on, which ends the
+  // fetches. The memory is the application's again only after that.
+  void wait_unpinned() {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    bool gave_up = false;
+    while (e_.pins->load(std::memory_order_acquire) != 0) {
+      const bool late = Clock::now() - start > reg_->timeout;
+      {
+        std::lock_guard dl(reg_->drive_mu);
+        if (!reg_->drive) break;  // the engine and its channel are gone: every fetch ended
+        reg_->drive(late && !gave_up);
+      }
+      if (late && !gave_up) {
+        gave_up = true;
+        KINET_LOG(Warn, "transport: deregistering [%p, +%llu): data still arriving after %lld ms; its senders are "
+                  "given up on", static_cast<void*>(e_.base), static_cast<unsigned long long>(e_.len),
+                  static_cast<long long>(reg_->timeout.count()));
+      }
+      if (Clock::now() - start > 2 * reg_->timeout + std::chrono::seconds(10)) {
+        KINET_LOG(Error, "transport: deregistering [%p, +%llu): %u fetches into it did not end; returning anyway",
+                  static_cast<void*>(e_.base), static_cast<unsigned long long>(e_.len), e_.pins->load());
+        break;
+      }
+    }
+  }
+
   void* addr() const override { return e_.base; }
   size_t length() const override { return e_.len; }
   uint32_t access() const override { return e_.access; }
@@ -58,6 +90,11 @@ class MsgRegion final : public TransportRegion {
   uint64_t node_;
 };
 
+// kinet::Status of a check's failure, as answered.
+Status fault_status(Registry::Fault f) {
+  return f == Registry::Fault::Unaligned ? Status::RemoteInvalidRequest : Status::RemoteAccess;
+}
+
 uint32_t needed_access(MsgType t) {
   switch (t) {
     case MsgType::Put:
@@ -69,6 +106,19 @@ uint32_t needed_access(MsgType t) {
 
 using text::hex;
 }  // namespace
+
+Registry::Fault Registry::check(uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word,
+                                Entry* out) const {
+  auto it = by_key.find(key);
+  if (it == by_key.end()) return Fault::UnknownKey;
+  const Entry& e = it->second;
+  const uint64_t b = reinterpret_cast<uint64_t>(e.base);
+  if (raddr < b || raddr - b > e.len || len > e.len - (raddr - b)) return Fault::OutOfBounds;
+  if ((e.access & need) != need) return Fault::NoAccess;
+  if (word && raddr % 8 != 0) return Fault::Unaligned;
+  *out = e;
+  return Fault::None;
+}
 
 std::unique_ptr<TransportRegion> MsgTransport::register_memory(void* addr, size_t bytes, uint32_t access,
                                                                MemoryKind kind) {
@@ -84,7 +134,7 @@ std::unique_ptr<TransportRegion> MsgTransport::register_memory(void* addr, size_
   if (kind == MemoryKind::Gpu && !cuda::available())
     throw Error(ErrorCode::NotSupported, "transport: register_memory: GPU memory at " + hex(a) +
                                              " but CUDA is not available in this process");
-  Registry::Entry e{static_cast<uint8_t*>(addr), bytes, access, kind};
+  Registry::Entry e{static_cast<uint8_t*>(addr), bytes, access, kind, std::make_shared<std::atomic<uint32_t>>(0)};
   const uint32_t key = unique_key();
   {
     std::lock_guard lk(reg_->mu);
@@ -172,30 +222,24 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
   // Every check of both ranges (data and, for put_signal, the signal word) before any byte moves.
   auto check = [&](uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word,
                    Registry::Entry* out) -> Status {
-    auto it = reg_->by_key.find(key);
-    if (it == reg_->by_key.end()) {
+    using F = Registry::Fault;
+    const F f = reg_->check(key, raddr, len, need, word, out);
+    if (f == F::None) return Status::Ok;
+    if (f == F::UnknownKey) {
       reject(p.name, "unknown key", std::string(tn) + " with key " + hex(key) + " (never issued or deregistered)");
-      return Status::RemoteAccess;
-    }
-    const Registry::Entry& e = it->second;
-    const uint64_t b = reinterpret_cast<uint64_t>(e.base);
-    if (raddr < b || raddr - b > e.len || len > e.len - (raddr - b)) {
+    } else if (f == F::OutOfBounds) {
+      auto it = reg_->by_key.find(key);
       reject(p.name, "out of bounds", std::string(tn) + " of [" + hex(raddr) + ", +" + std::to_string(len) +
-                                          ") outside key " + hex(key) + "'s [" + hex(b) + ", +" +
-                                          std::to_string(e.len) + ")");
-      return Status::RemoteAccess;
-    }
-    if ((e.access & need) != need) {
+                                          ") outside key " + hex(key) + "'s [" +
+                                          hex(reinterpret_cast<uint64_t>(it->second.base)) + ", +" +
+                                          std::to_string(it->second.len) + ")");
+    } else if (f == F::NoAccess) {
       reject(p.name, "no access", std::string(tn) + " needs access " + hex(need) + ", key " + hex(key) + " has " +
-                                      hex(e.access));
-      return Status::RemoteAccess;
-    }
-    if (word && raddr % 8 != 0) {
+                                      hex(reg_->by_key.find(key)->second.access));
+    } else {
       reject(p.name, "unaligned", std::string(tn) + " at " + hex(raddr) + " is not 8-byte aligned");
-      return Status::RemoteInvalidRequest;
     }
-    *out = e;
-    return Status::Ok;
+    return fault_status(f);
   };
   Registry::Entry d{}, s{};
   Status st = check(r.key, r.raddr, r.length, needed_access(r.type), atomic_word, &d);
@@ -239,7 +283,9 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
     case MsgType::Put:
     case MsgType::PutSignal:
       if (by_ipc) st = ipc_->execute(p.id, r, target, d.kind, &ipc_reason, &ipc_detail);
-      else if (r.length) st = fault(emu::safe_copy(target, d.kind, r.payload, MemoryKind::Host, r.length), d.kind);
+      // A placed body (place_body) was fetched to its target already.
+      else if (r.length && r.payload != target)
+        st = fault(emu::safe_copy(target, d.kind, r.payload, MemoryKind::Host, r.length), d.kind);
       if (st == Status::Ok && r.type == MsgType::PutSignal) {
         uint8_t* w = s.base + (r.sig_raddr - reinterpret_cast<uint64_t>(s.base));
         st = signal(reinterpret_cast<uint64_t*>(w), s.kind, r.sig_op, r.operand);
@@ -278,6 +324,32 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
       (r.type == MsgType::Put || r.type == MsgType::PutSignal || r.type == MsgType::Signal))
     return owe_ack(p);  // acknowledged cumulatively (msg_engine.hpp)
   answer(p, r, st, old, std::move(out));
+}
+
+uint8_t* MsgTransport::place_body(uint32_t peer, const uint8_t* head, size_t hlen, size_t blen,
+                                  std::shared_ptr<std::atomic<uint32_t>>* pin) {
+  Peer* p = peer_at(peer);
+  wire::Request r;
+  // The same checks as at delivery, for host memory only (a GPU target is
+  // copied through the engine); whatever fails them takes the buffered path
+  // and is answered, and logged, when it is delivered.
+  if (!p || p->lost || !ordered_ || blen == 0 || !wire::decode(head, hlen, head, blen, &r).empty()) return nullptr;
+  if ((r.type != MsgType::Put && r.type != MsgType::PutSignal) || (r.flags & wire::kFlagIpc) || r.node != p->node ||
+      r.seq < p->rx_next)
+    return nullptr;
+  std::lock_guard lk(reg_->mu);
+  Registry::Entry d{}, s{};
+  if (reg_->check(r.key, r.raddr, r.length, kRemoteWrite, false, &d) != Registry::Fault::None ||
+      d.kind != MemoryKind::Host)
+    return nullptr;
+  // put_signal: both ranges pass before any byte moves, as in execute().
+  if (r.type == MsgType::PutSignal &&
+      reg_->check(r.sig_key, r.sig_raddr, 8, kRemoteAtomic, true, &s) != Registry::Fault::None)
+    return nullptr;
+  d.pins->fetch_add(1, std::memory_order_relaxed);
+  *pin = d.pins;
+  ++placed_;
+  return d.base + (r.raddr - reinterpret_cast<uint64_t>(d.base));
 }
 
 void MsgTransport::answer(Peer& p, const wire::Request& r, Status st, uint64_t old, std::vector<uint8_t> data) {

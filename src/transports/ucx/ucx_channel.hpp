@@ -16,7 +16,11 @@
 // order, so ordered() is true whatever UCX does (UCX documents ordering for
 // its tag API, not for AM, and a rendezvous message completes after eager
 // messages sent behind it). Eager data is delivered from UCX's buffer;
-// rendezvous data is fetched with ucp_am_recv_data_nbx into a buffer first.
+// rendezvous data is fetched with ucp_am_recv_data_nbx straight into the
+// target region when the engine places it (ChannelEvents::place_body: a
+// put that passes the target's check, every earlier undelivered message of
+// its sender placed too, started once no running placed fetch overlaps it),
+// else into a pooled buffer first.
 //
 // Environment: every UCX_* variable passes through to UCX. The ones that
 // matter: UCX_TLS (transports, e.g. "tcp", "shm", "rc,sm"; default all),
