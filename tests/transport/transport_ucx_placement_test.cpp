@@ -30,11 +30,11 @@ namespace ucx = transport::ucx;
 
 constexpr size_t kRndv = 16384;
 
-std::unique_ptr<MsgTransport> ucx_transport(const std::string& name) {
+std::unique_ptr<MsgTransport> ucx_transport(const std::string& name, std::chrono::milliseconds timeout = 20s) {
   const uint64_t node = transport::random_node_id();
   transport::MsgOptions o;
   o.name = name;
-  o.timeout = 20s;
+  o.timeout = timeout;
   return std::make_unique<MsgTransport>(ucx::make_channel(node, name), node, o);
 }
 
@@ -226,6 +226,45 @@ TEST_P(UcxPlacement, DeregistrationOnThePollingThreadWaitsForDataArriving) {
   const bool late = b->rejected("unknown key") == 1;
   EXPECT_EQ(c[0].status, late ? Status::RemoteAccess : Status::Ok);
   std::printf("the put was delivered %s the deregistration\n", late ? "after" : "before");
+}
+
+// Over tcp the sender's progress pushes the data: a sender that stops
+// polling mid-body stalls the fetch. The deregistration gives it up after
+// the transport timeout (the peer lost, naming why), returns, and nothing is
+// written afterwards; the target's process goes on.
+TEST_P(UcxPlacement, AStalledSenderIsGivenUpOnByADeregistrationAfterTheTimeout) {
+  if (std::string(GetParam()) != "tcp") GTEST_SKIP() << "over shared memory the target reads the data itself";
+  LoopPair p(ucx_transport("rank A", 500ms), ucx_transport("rank B", 500ms));
+  constexpr size_t kBig = 1 << 20;
+  auto dst = std::make_unique<Guarded>(*p.b, kBig, kRemoteWrite);
+  const uint32_t key = p.a->import_key(p.ab, dst->region->remote_key());
+  const auto src = pattern(kBig, 21);
+  ASSERT_EQ(p.a->put(p.ab, src.data(), kBig, key, dst->base(), 1), Status::Ok);
+  Completion cs[4];
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (p.b->placed() == 0 && std::chrono::steady_clock::now() < deadline) {
+    p.a->poll(cs, 0);
+    p.b->poll(cs, 0);
+  }
+  ASSERT_EQ(p.b->placed(), 1u);
+  // a is not polled from here on.
+  const auto t0 = std::chrono::steady_clock::now();
+  dst->region.reset();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  if (std::memcmp(dst->mem(), src.data(), kBig) == 0) GTEST_SKIP() << "the body had arrived before the deregistration";
+  EXPECT_GE(took, 500ms);
+  EXPECT_LT(took, 10s);
+  const std::vector<uint8_t> after(dst->mem(), dst->mem() + kBig);
+  for (int i = 0; i < 20; ++i) {
+    p.a->poll(cs, 0);
+    p.b->poll(cs, 0);
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(std::memcmp(dst->mem(), after.data(), kBig), 0) << "bytes landed after the deregistration returned";
+  EXPECT_TRUE(dst->guards_intact());
+  EXPECT_EQ(p.b->peer_error(p.ba).find("peer lost: a deregistration waited for its data past the transport timeout"),
+            0u)
+      << p.b->peer_error(p.ba);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcxPlacement, ::testing::Values("sm,self", "tcp"),
