@@ -47,6 +47,7 @@ struct AmHeader {
 };
 static_assert(sizeof(AmHeader) == 24);
 constexpr size_t kMaxPrefix = 128;
+constexpr size_t kWaitToPlaceRemote = 256 * 1024;  // Peer::wait_to_place unless shared memory only
 
 void put_le(uint8_t* p, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -108,6 +109,15 @@ class UcxChannel final : public Channel {
     bool lost = false;
     std::map<uint64_t, std::unique_ptr<Inbound>> pending;  // by sequence number
     size_t held = 0;  // bytes of pending messages in memory here (eager, or fetched)
+    // An overlapped placed body this large waits for the fetch it overlaps
+    // (start_fetches). Where the receiver copies the data itself (shared
+    // memory: CMA) waiting costs nothing but the overlap, and the copy it
+    // saves is half the work: every size. Where each fetch costs a round
+    // trip (tcp: the sender pushes after the receiver's reply) serialised
+    // fetches of small bodies lose more than the copy: from 256 KiB. Streams
+    // of 64 KiB puts to one address, 1 GiB each, against ucx_perftest: sm
+    // 0.86x waiting vs 0.68x buffered, tcp 0.70x waiting vs 0.83-0.86x.
+    size_t wait_to_place = kWaitToPlaceRemote;
   };
   struct Stranger {
     std::string who;
@@ -164,7 +174,6 @@ class UcxChannel final : public Channel {
   std::vector<std::map<uint64_t, std::unique_ptr<Inbound>>::node_type> spare_nodes_;
   static constexpr size_t kSpare = 256, kSpareCopyBytes = 64 * 1024;
   static constexpr size_t kPoolMax = 64;
-  static constexpr size_t kWaitToPlace = 256 * 1024;  // start_fetches: an overlapped body this large waits
   std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> pool_;
 
   std::shared_ptr<const Library> lib_;
@@ -337,6 +346,7 @@ uint32_t UcxChannel::add_peer(const std::vector<uint8_t>& a, const std::string& 
     ep.field_mask &= ~uint64_t{UCP_EP_PARAM_FIELD_ERR_HANDLER};
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     s = f_.ep_create(worker_, &ep, &p->ep);
+    p->wait_to_place = 0;  // shared memory only: see Peer::wait_to_place
     if (s == UCS_OK)
       KINET_LOG(Info, "ucx channel %s: %s is reachable only without UCX's peer failure detection (shared memory?): "
                 "its death is found by the transport timeout", name_.c_str(), name.c_str());
@@ -605,16 +615,14 @@ void UcxChannel::start_fetches(ChannelEvents* ev) {
     }
     if (in->placed && !in->owner->lost) {
       // Later data must not land under earlier data. A running placed fetch
-      // overlaps: a large body waits for it (in order: the whole queue; its
-      // transfer outweighs the lost overlap), a smaller one is fetched into
-      // a buffer now and copied at its turn (serialised, each would cost a
-      // round trip: over tcp a stream of 64 KiB puts to one address fell
-      // from 0.8-0.9x of ucx_perftest to 0.5-0.7x).
+      // overlaps: a body of at least the peer's wait_to_place waits for it
+      // (in order: the whole queue), a smaller one is fetched into a buffer
+      // now and copied at its turn.
       const uint8_t* a = in->placed;
       const bool overlaps = std::any_of(placing_.begin(), placing_.end(), [&](const Inbound* o) {
         return a < o->placed + o->len && o->placed < a + in->len;
       });
-      if (overlaps && in->len >= kWaitToPlace) return;
+      if (overlaps && in->len >= in->owner->wait_to_place) return;
       if (overlaps) {
         unpin(*in);
         in->placed = nullptr;
