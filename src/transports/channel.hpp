@@ -88,7 +88,9 @@ class Channel {
   // send() and progress() of the engine's thread.
   virtual uint32_t add_peer(const std::vector<uint8_t>& address, const std::string& name) = 0;
   // Starts sending the concatenation of iov[0..n) to `peer`. false: no room
-  // now (progress and retry); nothing was taken. true: on_sent(token) follows
+  // now (progress and retry); nothing was taken. Called from inside an event
+  // of progress() it may say false for that reason alone (UCX delivers from
+  // its receive callback, where it must not send): retry after progress(). true: on_sent(token) follows
   // from a later progress() once the buffers may be reused. The engine keeps
   // its own header buffers until on_sent; payload buffers are the user's and
   // stay valid until the operation completes, which for a lost peer (or one

@@ -258,14 +258,9 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
     if (k == MemoryKind::Host) {
       // A waiter reads the word with acquire loads: the update is a release
       // atomic, so the data copied before it is visible to whoever sees it
-      // (weakly ordered CPUs too). A guarded read first turns an unmapped
-      // word into an error answer; memory unmapped in between by the
-      // application, or mapped read-only, is its bug.
-      uint64_t probe;
-      if (Status e = fault(emu::safe_copy(&probe, MemoryKind::Host, w, k, 8), k); e != Status::Ok) return e;
-      if (op == static_cast<uint8_t>(SignalOp::Add)) __atomic_fetch_add(w, v, __ATOMIC_RELEASE);
-      else __atomic_store_n(w, v, __ATOMIC_RELEASE);
-      return Status::Ok;
+      // (weakly ordered CPUs too); a word unmapped or read-only is an error
+      // answer.
+      return fault(emu::safe_release_update(w, op == static_cast<uint8_t>(SignalOp::Add), v), k);
     }
     if (op == static_cast<uint8_t>(SignalOp::Add)) return fault(emu::safe_atomic(w, k, true, v, 0, &old), k);
     // Set: compare-and-swap until it lands (safe_atomic serialises the engine's atomics).

@@ -199,6 +199,18 @@ CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, s
   return {};
 }
 
+CopyResult safe_release_update(uint64_t* word, bool add, uint64_t value) {
+  const bool done = guarded([&] {
+    if (add) __atomic_fetch_add(word, value, __ATOMIC_RELEASE);
+    else __atomic_store_n(word, value, __ATOMIC_RELEASE);
+  });
+  if (done) return {};
+  CopyResult r;
+  r.side = CopyResult::Dst;
+  r.why = "signal word " + range(word, 8) + " is not mapped or not writable (unmapped after registration?)";
+  return r;
+}
+
 CopyResult safe_atomic(uint64_t* target, MemoryKind kind, bool fetch_add, uint64_t operand, uint64_t compare,
                        uint64_t* old) {
   if (kind == MemoryKind::Host) {

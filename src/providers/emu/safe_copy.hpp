@@ -33,6 +33,12 @@ CopyResult safe_copy(void* dst, MemoryKind dk, const void* src, MemoryKind sk, s
 // that reader instead. Never throws.
 CopyResult probe_source(const void* src, size_t n);
 
+// A release update of the 8 aligned bytes of host memory at `word`: a
+// store of `value`, or with `add` a fetch-add of it, so that what was
+// written before is visible to whoever reads the new value with acquire. A
+// fault (unmapped, read-only) ends it with nothing written (side Dst).
+CopyResult safe_release_update(uint64_t* word, bool add, uint64_t value);
+
 // One NIC atomic on the 8 aligned bytes at `target`. Host memory: a CPU
 // atomic (acq_rel) that a fault ends early, so it is atomic with CPU threads'
 // atomics on the word too (more than IBV_ATOMIC_HCA promises). GPU memory:

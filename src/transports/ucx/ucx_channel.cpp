@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <exception>
+#include <utility>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -186,6 +188,12 @@ class UcxChannel final : public Channel {
   std::vector<uint8_t> address_;
   std::recursive_mutex mu_;
   bool in_progress_ = false;
+  // Set while progress() runs UCX: where on_am delivers an in-order eager
+  // message at once (null: queue it, as drive_placed does).
+  ChannelEvents* ev_ = nullptr;
+  bool in_delivery_ = false;   // on_am is inside ev_->on_message_parts
+  size_t delivered_now_ = 0;   // messages on_am delivered, for progress()'s count
+  std::exception_ptr thrown_;  // by a delivery inside UCX's callback
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<uint64_t, uint32_t> by_node_;
   std::deque<Stranger> strangers_;
@@ -375,7 +383,7 @@ bool UcxChannel::send(uint32_t peer, const iovec* iov, int n, uint64_t token) {
     events_.push_back({Event::Sent, token, peer, false, {}});
     return true;
   }
-  if (free_slots_.empty()) return false;
+  if (free_slots_.empty() || in_delivery_) return false;  // in_delivery_: not from inside UCX's callback
   const uint32_t si = free_slots_.back();
   SendSlot& sl = slots_[si];
   // Two parts with a small first one: that part rides in the AM header.
@@ -499,6 +507,21 @@ ucs_status_t UcxChannel::on_am(const void* header, size_t hlen, void* data, size
   if (!bad.empty()) {
     lose(p, p.name + " broke the kinet UCX protocol: it " + bad);
     return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+  }
+  if (!rndv && ev_ && h.seq == p.recv_seq && p.pending.empty()) {
+    // In order with nothing held before it: delivered from UCX's buffer now,
+    // inside progress() (no record, no copy). The engine's sends meanwhile
+    // are refused (send() says no room) and go from its next flush.
+    ++p.recv_seq;
+    ++delivered_now_;
+    in_delivery_ = true;
+    try {
+      ev_->on_message_parts(p.index, head, h.prefix, static_cast<const uint8_t*>(data), len);
+    } catch (...) {  // not through UCX's C frames: progress() rethrows it
+      if (!thrown_) thrown_ = std::current_exception();
+    }
+    in_delivery_ = false;
+    return UCS_OK;
   }
   if (!rndv && !within_cap(p, len + h.prefix, h.seq)) return UCS_OK;  // eager data is here now (rendezvous: at its fetch)
   Inbound* in;
@@ -734,9 +757,13 @@ size_t UcxChannel::progress(ChannelEvents& ev) {
   // One call: on tcp each is an epoll_wait (a syscall); calling again until
   // it returns 0 put two more of them between a message's arrival and its
   // delivery. The engine calls progress() again while events come.
+  ev_ = &ev;
+  delivered_now_ = 0;
   f_.worker_progress(worker_);
+  ev_ = nullptr;
+  if (thrown_) std::rethrow_exception(std::exchange(thrown_, nullptr));
   start_fetches(&ev);
-  size_t n = 0;
+  size_t n = delivered_now_;
   for (size_t i = 0; i < peers_.size(); ++i) {
     Peer& p = *peers_[i];
     while (!p.lost && !p.pending.empty() && p.pending.begin()->first == p.recv_seq &&
