@@ -24,11 +24,6 @@ constexpr uint32_t kAddrMagic = 0x31454e4b;  // "KNE1"
 void put_u64(uint8_t* p, uint64_t v) {
   for (int b = 0; b < 8; ++b) p[b] = static_cast<uint8_t>(v >> (8 * b));
 }
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int b = 0; b < 8; ++b) v |= uint64_t{p[b]} << (8 * b);
-  return v;
-}
 bool is_atomic(MsgType t) { return t == MsgType::FetchAdd || t == MsgType::CompareSwap; }
 }  // namespace
 
@@ -290,7 +285,6 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
   op.piece_bytes = piece_;
   op.bytes = bytes;
   op.ipc = by_ipc;
-  op.last.reset();
   if (p.lost) {
     op.status = Status::WrFlushed;
     complete(place);
@@ -314,6 +308,12 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
     if (r.type == MsgType::PutSignal || r.type == MsgType::Signal) r.sig_op = sig_op;
     if (r.type == MsgType::PutSignal) r.sig_key = sk.rkey, r.sig_raddr = sig_raddr;
     if (r.type == MsgType::Put && t == MsgType::PutSignal) r.operand = 0;
+    if (r.type == MsgType::PutSignal && npieces > 1) {
+      // Right behind its data pieces, executed only if none of them failed
+      // (msg_wire.hpp): no round trip between the data and the signal.
+      r.flags = wire::kFlagAfterPieces;
+      r.compare = npieces - 1;
+    }
     if (by_ipc) {
       r.flags = wire::kFlagIpc;
       o->owned.resize(wire::kIpcRefBytes);
@@ -330,19 +330,14 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
       o->len = len;
     }
     add_piece(r.op_id, place, static_cast<uint32_t>(i));
-    // Sequence numbers are assigned when the message is queued: queue order is send order.
+    // Sequence numbers are assigned when the message is queued: queue order
+    // is send order (a split operation's pieces are consecutive).
     o->is_request = true;
-    if (t == MsgType::PutSignal && last && npieces > 1) {
-      o->hdr_len = wire::kRequestBytes;
-      wire::encode_header(r, o->hdr);  // seq patched when released
-      op.last = std::move(o);
-    } else {
-      r.seq = ++p.tx_seq;
-      wire::encode_header(r, o->hdr);
-      o->hdr_len = wire::kRequestBytes;
-      if (ordered_ && r.type != MsgType::Get && !is_atomic(r.type)) p.unacked.emplace_back(r.seq, r.op_id);
-      enqueue(p, std::move(o));
-    }
+    r.seq = ++p.tx_seq;
+    wire::encode_header(r, o->hdr);
+    o->hdr_len = wire::kRequestBytes;
+    if (ordered_ && r.type != MsgType::Get && !is_atomic(r.type)) p.unacked.emplace_back(r.seq, r.op_id);
+    enqueue(p, std::move(o));
   }
   deadlines_.push_back({Clock::now() + opt_.timeout, place, op.gen});
   flush(p);
@@ -440,7 +435,6 @@ void MsgTransport::complete(uint32_t place) {
   Op& op = ops_[place];
   ready_.push_back({op.cookie, op.peer, op.status});
   op.busy = false;
-  recycle(std::move(op.last));
   ++op.gen;
   free_.push_back(place);
 }
@@ -471,25 +465,7 @@ void MsgTransport::fail_peer(Peer& p, Status st, const std::string& why) {
 void MsgTransport::finish_piece(uint32_t place, uint32_t piece, Status st) {
   Op& op = ops_[place];
   if (st != Status::Ok && piece < op.fail_piece) op.fail_piece = piece, op.status = st;
-  if (--op.pieces_left == 0) return complete(place);
-  if (op.pieces_left == 1 && op.last) {
-    Peer& p = *peer_at(op.peer);
-    if (op.status != Status::Ok) {
-      // A data piece failed: the signal must not claim data that is not there.
-      for (auto it = pieces_.begin(); it != pieces_.end(); ++it)
-        if (it->second.first == place) {
-          pieces_.erase(it);
-          break;
-        }
-      return complete(place);
-    }
-    // Release the signalling piece with the next sequence number (bytes 16..23).
-    const uint64_t seq = ++p.tx_seq;
-    put_u64(op.last->hdr + 16, seq);
-    if (ordered_) p.unacked.emplace_back(seq, get_u64(op.last->hdr + 24));
-    enqueue(p, std::move(op.last));
-    flush(p);
-  }
+  if (--op.pieces_left == 0) complete(place);
 }
 
 void MsgTransport::check_deadlines() {

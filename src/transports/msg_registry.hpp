@@ -70,7 +70,6 @@ struct MsgTransport::Op {
   uint64_t piece_bytes = 0;
   uint64_t bytes = 0;
   bool ipc = false;  // sent by IPC reference (cuda_ipc): a get's answer carries no data
-  std::unique_ptr<Out> last;  // split put_signal: the signalling piece, sent once the data pieces are answered Ok
 };
 
 struct MsgTransport::Out {
@@ -98,6 +97,9 @@ struct MsgTransport::Peer {
   std::deque<std::pair<uint64_t, uint64_t>> unacked;
   // Target: an ack of rx_next - 1 is owed since poll number ack_owed_at.
   bool ack_owed = false;
+  // Target: the highest sequence number of this peer's requests answered
+  // with a failure (a split put_signal's last piece checks it).
+  uint64_t failed_seq = 0;
   bool ack_listed = false;  // in MsgTransport::ack_owed_
   uint64_t ack_owed_at = 0;
 };

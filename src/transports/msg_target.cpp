@@ -1,5 +1,6 @@
 // The message engine's target side: the region registry, the check of every
 // incoming request, its execution and the answer (msg_engine.hpp).
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <unordered_set>
@@ -177,9 +178,8 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes, co
     return answer(p, r, Status::RemoteInvalidRequest, 0, {});
   }
   if (r.seq == p.rx_next) {
-    // The ack first, while rx_next still says what was executed: completing
-    // an operation may release a request (a split put_signal's signal) whose
-    // ack field must not cover this request before it ran.
+    // The ack first: it completes operations the sender saw executed before
+    // it sent this request.
     apply_ack(p, r.ack);
     if (p.lost) return;
     ++p.rx_next;
@@ -217,6 +217,9 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
                                           ch_->provider() + ", not cuda_ipc");
     return answer(p, r, Status::RemoteInvalidRequest, 0, {});
   }
+  // A split put_signal whose data pieces did not all land does not signal.
+  if ((r.flags & wire::kFlagAfterPieces) && p.failed_seq >= r.seq - r.compare)
+    return answer(p, r, Status::RemoteInvalidRequest, 0, {});
   std::string ipc_reason, ipc_detail;  // an IPC failure's rejection
   std::unique_lock lk(reg_->mu);
   // Every check of both ranges (data and, for put_signal, the signal word) before any byte moves.
@@ -352,6 +355,7 @@ void MsgTransport::answer(Peer& p, const wire::Request& r, Status st, uint64_t o
     return fail_peer(p, Status::TransportRetryExceeded,
                      "peer lost: " + p.name + " sent requests faster than it took " +
                          std::to_string(opt_.max_backlog) + " answers");
+  if (st != Status::Ok) p.failed_seq = std::max(p.failed_seq, r.seq);
   auto o = new_out();
   wire::Answer a;
   a.node = node_;

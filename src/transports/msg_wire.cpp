@@ -125,7 +125,8 @@ std::string decode(const uint8_t* m, size_t n, const uint8_t* b, size_t bn, Requ
   r.type = static_cast<MsgType>(m[5]);
   r.sig_op = m[6];
   r.flags = m[7];
-  if (r.flags & ~kFlagIpc) return "reserved flag bits " + num(r.flags & ~kFlagIpc) + " set";
+  if (r.flags & ~(kFlagIpc | kFlagAfterPieces))
+    return "reserved flag bits " + num(r.flags & ~(kFlagIpc | kFlagAfterPieces)) + " set";
   r.node = get<uint64_t>(m, 8);
   r.seq = get<uint64_t>(m, 16);
   r.op_id = get<uint64_t>(m, 24);
@@ -148,7 +149,12 @@ std::string decode(const uint8_t* m, size_t n, const uint8_t* b, size_t bn, Requ
   if (r.type != MsgType::PutSignal && r.sig_raddr != 0) return std::string(tn) + ": signal address set";
   const bool uses_operand = is_atomic(r.type) || sig;
   if (!uses_operand && r.operand != 0) return std::string(tn) + ": operand set";
-  if (r.type != MsgType::CompareSwap && r.compare != 0) return std::string(tn) + ": compare value set";
+  const bool after = r.flags & kFlagAfterPieces;
+  if (after && (r.type != MsgType::PutSignal || (r.flags & kFlagIpc)))
+    return std::string(tn) + ": after-pieces flag on " + (r.flags & kFlagIpc ? "an ipc reference" : "this type");
+  if (after && (r.compare == 0 || r.compare >= r.seq))
+    return std::string(tn) + ": after " + num(r.compare) + " pieces at sequence number " + num(r.seq);
+  if (r.type != MsgType::CompareSwap && !after && r.compare != 0) return std::string(tn) + ": compare value set";
   if ((is_atomic(r.type) || r.type == MsgType::Signal) && r.length != 8)
     return std::string(tn) + ": length " + num(r.length) + ", not 8";
   const size_t body = bn ? bn : n - kRequestBytes;

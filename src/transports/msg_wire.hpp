@@ -25,6 +25,13 @@
 //    0 u8[64] CUDA IPC handle of the requester's allocation   64 u64 offset in it
 // and `length` (1 .. kMaxIpcBytes) is the number of bytes to copy. A Get
 // answered Ok then carries no data (the target wrote it already).
+// After pieces (flags & kFlagAfterPieces, PutSignal only): the last piece of
+// a put_signal split into several messages, sent right behind its data
+// pieces; `compare` (1 .. seq - 1) says how many requests before it are that
+// operation's data pieces. The target executes it only if none of requests
+// seq - compare .. seq - 1 from this sender failed (else it answers
+// RemoteInvalidRequest and writes nothing), so the signal never claims data
+// that did not land, without a round trip between data and signal.
 // An ack of N says: every request up to sequence number N was executed; those
 // of them that were put, signal or put_signal and succeeded get no answer of
 // their own (gets, atomics and every failure are answered, ahead of the ack).
@@ -40,12 +47,13 @@
 namespace kinet::transport::wire {
 
 inline constexpr uint32_t kMagic = 0x544e4b31;  // "1KNT"
-inline constexpr uint8_t kVersion = 3;  // 3: flags byte, IPC references
+inline constexpr uint8_t kVersion = 4;  // 3: flags byte, IPC references; 4: kFlagAfterPieces
 inline constexpr size_t kRequestBytes = 88;
 inline constexpr size_t kAnswerBytes = 56;
 inline constexpr size_t kAckBytes = 24;
 inline constexpr size_t kAckOffset = 80;  // of the request's ack field
 inline constexpr uint8_t kFlagIpc = 1;      // request byte 7: an IpcRef instead of payload
+inline constexpr uint8_t kFlagAfterPieces = 2;  // request byte 7: a split put_signal's last piece (below)
 inline constexpr size_t kIpcHandleBytes = 64;
 inline constexpr size_t kIpcRefBytes = 72;
 inline constexpr uint64_t kMaxIpcBytes = uint64_t{1} << 31;  // Transport::kMaxOpBytes
@@ -101,7 +109,8 @@ bool peek_type(const uint8_t* m, size_t n, MsgType* t);
 // (payload points into m); else why not ("short message: ...", "bad type ...",
 // "length ... but ... payload bytes", ...), one line, naming the field.
 // Request rules: the magic and version; a known request type; flags: only
-// kFlagIpc, and only on Put / PutSignal / Get; sig_op 1 or 2 for Signal /
+// kFlagIpc, and only on Put / PutSignal / Get; kFlagAfterPieces only on a
+// PutSignal without kFlagIpc, with compare 1 .. seq - 1; sig_op 1 or 2 for Signal /
 // PutSignal and 0 otherwise; op id non-zero;
 // key non-zero (Signal: key/raddr name the signal word; PutSignal: sig_key
 // non-zero too); fields the type does not use zero; length 8 for atomics and Signal; payload exactly `length` bytes

@@ -104,39 +104,77 @@ TEST(TransportAck, FailureIsAnsweredAheadOfTheAckThatCoversIt) {
   EXPECT_EQ(m.word(8), v3);
 }
 
-// A's split put_signal: B's request acks the data pieces, which releases
-// A's signal piece while A handles that request; the released piece's ack
-// must not cover B's request, which then fails at A: B sees the failure.
-TEST(TransportAck, ReleasedSignalDoesNotAckTheRequestBeingHandled) {
+// A split put_signal's last piece travels right behind its data pieces
+// (flag kFlagAfterPieces): one poll of the target lands the data and then the
+// signal, with no round trip between them; the whole operation completes by
+// one ack.
+TEST(TransportAck, SplitPutSignalLandsWithItsDataInOnePoll) {
   LoopPair p;
-  Mem ma, mb;
-  std::vector<uint8_t> big(p.a->payload_limit() + 100, 0x5A), dst(big.size(), 0);
-  ma.region = p.a->register_memory(ma.buf.data(), ma.buf.size(), kAccessAll);
+  Mem mb;
+  std::vector<uint8_t> big(2 * p.a->payload_limit() + 100, 0x5A), dst(big.size(), 0);
   mb.region = p.b->register_memory(mb.buf.data(), mb.buf.size(), kAccessAll);
   auto big_region = p.b->register_memory(dst.data(), dst.size(), kAccessAll);
   const uint32_t kb = p.a->import_key(p.ab, mb.region->remote_key());
   const uint32_t kbig = p.a->import_key(p.ab, big_region->remote_key());
-  const uint32_t ka = p.b->import_key(p.ba, ma.region->remote_key());
   const uint64_t dbase = reinterpret_cast<uint64_t>(dst.data());
   ASSERT_EQ(p.a->put_signal(p.ab, big.data(), big.size(), kbig, dbase, kb, mb.base(), SignalOp::Set, 9, 1),
             Status::Ok);
-  EXPECT_TRUE(poll_once(*p.b).empty());  // both data pieces land; b owes an ack
+  EXPECT_TRUE(poll_once(*p.b).empty());  // three data pieces, then the signal
+  EXPECT_EQ(mb.word(0), 9u);
+  EXPECT_TRUE(dst == big);
+  EXPECT_TRUE(poll_once(*p.a).empty());  // b has not acked yet
+  EXPECT_TRUE(poll_once(*p.b).empty());  // now it does, once for the four
+  const auto c = poll_once(*p.a);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].cookie, 1u);
+  EXPECT_EQ(c[0].status, Status::Ok);
+}
+
+// The target withholds the last piece (its data and the signal) when any of
+// the operation's data pieces failed, the first one too (the edge of the
+// window the piece names), even though a piece after it landed; a failure
+// just before the operation (outside the window) does not withhold it.
+TEST(TransportAck, SplitPutSignalIsWithheldAfterAnyFailedDataPiece) {
+  LoopPair p;
+  Mem mb;
+  const size_t limit = p.a->payload_limit();
+  std::vector<uint8_t> big(2 * limit + 100, 0x5A), dst(big.size(), 0);
+  mb.region = p.b->register_memory(mb.buf.data(), mb.buf.size(), kAccessAll);
+  auto big_region = p.b->register_memory(dst.data(), dst.size(), kAccessAll);
+  const uint32_t kb = p.a->import_key(p.ab, mb.region->remote_key());
+  const uint32_t kbig = p.a->import_key(p.ab, big_region->remote_key());
+  const uint64_t dbase = reinterpret_cast<uint64_t>(dst.data());
+  // Starts 8 bytes before the region: piece 0 fails, piece 1 lands, the
+  // last piece (its data and the signal) is withheld.
+  const size_t n = big.size() - 8;
+  ASSERT_EQ(p.a->put_signal(p.ab, big.data(), n, kbig, dbase - 8, kb, mb.base(), SignalOp::Set, 9, 1), Status::Ok);
+  EXPECT_TRUE(poll_once(*p.b).empty());
+  EXPECT_EQ(mb.word(0), 0u) << "the signal claimed data that did not land";
+  EXPECT_EQ(0, std::memcmp(dst.data() + limit - 8, big.data() + limit, limit));  // piece 1
+  EXPECT_EQ(dst[2 * limit - 8], 0) << "the withheld piece's data landed";
+  EXPECT_EQ(p.b->rejected("out of bounds"), 1u);
+  EXPECT_TRUE(poll_once(*p.a).empty());  // pieces 0 and 2 answered (failures, at once); piece 1 waits for the ack
+  EXPECT_TRUE(poll_once(*p.b).empty());  // the ack
+  auto c = poll_once(*p.a);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].cookie, 1u);
+  EXPECT_EQ(c[0].status, Status::RemoteAccess);  // the first failing piece's
+  // A failed put right before the next split put_signal: outside its window.
   const uint64_t v = 1;
-  ASSERT_EQ(p.b->put(p.ba, &v, 8, ka, ma.base() + 256, 2), Status::Ok);  // out of bounds at a; carries the ack
-  EXPECT_TRUE(poll_once(*p.a).empty());  // a: ack -> signal piece released; then b's put fails
-  EXPECT_EQ(p.a->rejected("out of bounds"), 1u);
-  auto c = poll_once(*p.b);  // the signal runs; b's put completes with its failure
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, kb, mb.base() + 256, 2), Status::Ok);  // one past the end
+  ASSERT_EQ(p.a->put_signal(p.ab, big.data(), big.size(), kbig, dbase, kb, mb.base(), SignalOp::Set, 7, 3),
+            Status::Ok);
+  EXPECT_TRUE(poll_once(*p.b).empty());
+  EXPECT_EQ(mb.word(0), 7u);
+  EXPECT_TRUE(dst == big);
+  c = poll_once(*p.a);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].cookie, 2u);
   EXPECT_EQ(c[0].status, Status::RemoteAccess);
-  EXPECT_EQ(mb.word(0), 9u);
-  EXPECT_EQ(p.b->rejected("unknown op id"), 0u);
-  EXPECT_TRUE(dst == big);
-  EXPECT_TRUE(poll_once(*p.a).empty());  // b has not acked the signal yet
-  EXPECT_TRUE(poll_once(*p.b).empty());  // now it does
+  EXPECT_TRUE(poll_once(*p.b).empty());  // the ack
   c = poll_once(*p.a);
   ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].cookie, 1u);
+  EXPECT_EQ(c[0].cookie, 3u);
   EXPECT_EQ(c[0].status, Status::Ok);
 }
 

@@ -64,6 +64,13 @@ std::vector<Bytes> seeds() {
     if (t == MsgType::PutSignal) r.operand = 9, r.sig_op = 2, r.sig_key = 0x66, r.sig_raddr = 0x2000;
     s.push_back(enc_ipc(r));
   }
+  {  // a split put_signal's last piece, after 2 data pieces
+    wire::Request r;
+    r.type = MsgType::PutSignal, r.flags = wire::kFlagAfterPieces, r.compare = 2, r.node = 0x1122, r.seq = 3;
+    r.op_id = 4, r.key = 0x55, r.raddr = 0x1000, r.length = 100, r.operand = 9, r.sig_op = 2, r.sig_key = 0x66;
+    r.sig_raddr = 0x2000;
+    s.push_back(enc(r, p100));
+  }
   wire::Answer a;
   a.node = 1, a.seq = 2, a.op_id = 3, a.old_value = 4;
   s.push_back(enc(a));
@@ -99,13 +106,17 @@ TEST(TransportWire, RequestFieldRules) {
   m.push_back(0);
   EXPECT_EQ(req_why(m), "put: length 4 but 5 payload bytes");
   m = good, m[4] = 1;
-  EXPECT_EQ(req_why(m), "unsupported version 1 (this side speaks 3)");
+  EXPECT_EQ(req_why(m), "unsupported version 1 (this side speaks 4)");
+  m = good, m[4] = 3;  // before kFlagAfterPieces
+  EXPECT_EQ(req_why(m), "unsupported version 3 (this side speaks 4)");
   m = good, m[5] = 7;
   EXPECT_EQ(req_why(m), "bad type 7 for a request");
   m = good, m[6] = 1;
   EXPECT_EQ(req_why(m), "put: bad signal op 1");
-  m = good, m[7] = 2;
-  EXPECT_EQ(req_why(m), "reserved flag bits 2 set");
+  m = good, m[7] = 4;
+  EXPECT_EQ(req_why(m), "reserved flag bits 4 set");
+  m = good, m[7] = wire::kFlagAfterPieces;
+  EXPECT_EQ(req_why(m), "put: after-pieces flag on this type");
   m = good, m[7] = 0x81;
   EXPECT_EQ(req_why(m), "reserved flag bits 128 set");
   m = good, m[7] = wire::kFlagIpc;  // the 4 payload bytes are no reference
@@ -123,6 +134,17 @@ TEST(TransportWire, RequestFieldRules) {
   wire::Request ps = put;
   ps.type = MsgType::PutSignal, ps.sig_op = 1;
   EXPECT_EQ(req_why(enc(ps, Bytes(4, 0))), "put_signal: bad signal key 0");
+  // A split put_signal's last piece: compare (its data pieces) 1 .. seq - 1.
+  ps.sig_key = 5, ps.seq = 4, ps.compare = 3;
+  EXPECT_EQ(req_why(enc(ps, Bytes(4, 0))), "put_signal: compare value set");
+  ps.flags = wire::kFlagAfterPieces;
+  EXPECT_EQ(req_why(enc(ps, Bytes(4, 0))), "");
+  ps.compare = 4;
+  EXPECT_EQ(req_why(enc(ps, Bytes(4, 0))), "put_signal: after 4 pieces at sequence number 4");
+  ps.compare = 0;
+  EXPECT_EQ(req_why(enc(ps, Bytes(4, 0))), "put_signal: after 0 pieces at sequence number 4");
+  ps.compare = 1, ps.flags = wire::kFlagAfterPieces | wire::kFlagIpc, ps.ipc.offset = 8;
+  EXPECT_EQ(req_why(enc_ipc(ps)), "put_signal: after-pieces flag on an ipc reference");
   wire::Request g = put;
   g.type = MsgType::Get;
   EXPECT_EQ(req_why(enc(g, Bytes(4, 0))), "get: 4 payload bytes, expected none");
