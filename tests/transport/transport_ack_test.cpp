@@ -30,6 +30,13 @@ std::vector<Completion> poll_once(Transport& t) {
   return {c, c + n};
 }
 
+// `c` is exactly one completion, of `cookie` with `st`.
+void expect_one(const std::vector<Completion>& c, uint64_t cookie, Status st) {
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].cookie, cookie);
+  EXPECT_EQ(c[0].status, st);
+}
+
 TEST(TransportAck, PutCompletesFromTheTargetsNextPoll) {
   LoopPair p;
   Mem m;
@@ -43,9 +50,7 @@ TEST(TransportAck, PutCompletesFromTheTargetsNextPoll) {
   EXPECT_EQ(p.a->outstanding(), 1u);
   EXPECT_TRUE(poll_once(*p.b).empty());  // the next poll sends the ack
   const auto c = poll_once(*p.a);
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].cookie, 7u);
-  EXPECT_EQ(c[0].status, Status::Ok);
+  expect_one(c, 7u, Status::Ok);
   EXPECT_EQ(p.a->outstanding(), 0u);
   EXPECT_EQ(p.a->rejected("bad ack") + p.a->rejected("malformed ack"), 0u);
 }
@@ -63,17 +68,13 @@ TEST(TransportAck, PingPongReplyCarriesTheAck) {
   ASSERT_EQ(mb.word(0), 1u);  // b saw the ping, and replies before polling again
   ASSERT_EQ(p.b->put_signal(p.ba, &x, 8, ka, ma.base() + 64, ka, ma.base(), SignalOp::Set, 2, 2), Status::Ok);
   auto c = poll_once(*p.a);  // the pong: a's ping completes with it, no Ack message needed
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].cookie, 1u);
-  EXPECT_EQ(c[0].status, Status::Ok);
+  expect_one(c, 1u, Status::Ok);
   EXPECT_EQ(ma.word(0), 2u);
   EXPECT_TRUE(poll_once(*p.b).empty());  // a has not acked the pong yet
   EXPECT_EQ(p.b->outstanding(), 1u);
   EXPECT_TRUE(poll_once(*p.a).empty());  // a's next poll sends its ack
   c = poll_once(*p.b);
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].cookie, 2u);
-  EXPECT_EQ(c[0].status, Status::Ok);
+  expect_one(c, 2u, Status::Ok);
 }
 
 TEST(TransportAck, FailureIsAnsweredAheadOfTheAckThatCoversIt) {
@@ -125,9 +126,7 @@ TEST(TransportAck, SplitPutSignalLandsWithItsDataInOnePoll) {
   EXPECT_TRUE(poll_once(*p.a).empty());  // b has not acked yet
   EXPECT_TRUE(poll_once(*p.b).empty());  // now it does, once for the four
   const auto c = poll_once(*p.a);
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].cookie, 1u);
-  EXPECT_EQ(c[0].status, Status::Ok);
+  expect_one(c, 1u, Status::Ok);
 }
 
 // The target withholds the last piece (its data and the signal) when any of
@@ -168,14 +167,10 @@ TEST(TransportAck, SplitPutSignalIsWithheldAfterAnyFailedDataPiece) {
   EXPECT_EQ(mb.word(0), 7u);
   EXPECT_TRUE(dst == big);
   c = poll_once(*p.a);
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].cookie, 2u);
-  EXPECT_EQ(c[0].status, Status::RemoteAccess);
+  expect_one(c, 2u, Status::RemoteAccess);
   EXPECT_TRUE(poll_once(*p.b).empty());  // the ack
   c = poll_once(*p.a);
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].cookie, 3u);
-  EXPECT_EQ(c[0].status, Status::Ok);
+  expect_one(c, 3u, Status::Ok);
 }
 
 TEST(TransportAck, GetsAndAtomicsAreAnsweredAtOnce) {
