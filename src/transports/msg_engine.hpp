@@ -132,8 +132,9 @@ class MsgTransport final : public Transport, private ChannelEvents {
   Channel& channel() { return *ch_; }
   size_t payload_limit() const { return piece_; }  // largest put / get piece
   const IpcPath* ipc_path() const { return ipc_.get(); }  // cuda_ipc only, else null
-  // Bodies the channel fetched straight into their target region
-  // (place_body: a put's payload copied once less), for tests and diagnostics.
+  // Bodies place_body() gave an address (a put's payload copied once less;
+  // the channel may still take a buffer for one that overlaps a fetch in
+  // flight), for tests and diagnostics.
   uint64_t placed() const { return placed_; }
 
  private:
