@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--lat-sizes", o.lat_sizes, "latency sizes (default 8 .. 64 KiB, x4)");
   app.add_option("--bw-sizes", o.bw_sizes, "bandwidth sizes (default 64 KiB .. 4 MiB, x4)");
   app.add_option("--iters", o.lat_iters, "latency iterations per size");
-  app.add_option("--bw-bytes", o.bw_bytes, "bytes streamed per bandwidth size");
+  app.add_option("--bw-bytes", o.bw_bytes, "bytes moved per bandwidth size (default 1 GiB streamed, 64 MiB as a ping-pong)");
   app.add_option("--window", o.bw_window, "puts in flight in the bandwidth test");
   app.add_option("--port", o.port, "first TCP port of the baseline's server");
   app.add_flag("--quick", quick, "fewer iterations and sizes");
@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
   if (quick) o.lat_iters = 500, o.lat_warmup = 50, o.bw_bytes = 16ull << 20;
   if (!o.tls.empty() && o.provider == "ucx") setenv("UCX_TLS", o.tls.c_str(), 1);
   if (pp->count() == 0 && o.provider == "ofi") o.bw_pingpong = true;
+  if (o.bw_bytes == 0) o.bw_bytes = o.bw_pingpong ? 64ull << 20 : 1ull << 30;
 
   const double load0 = load_average();
   std::vector<Row> lat, bw;

@@ -17,7 +17,10 @@ struct Options {
   std::vector<size_t> bw_sizes;
   uint64_t lat_iters = 2000;
   uint64_t lat_warmup = 200;
-  uint64_t bw_bytes = 64ull << 20;  // per size
+  // Per size. Default: 1 GiB for a stream (with 64 MiB a shared-memory size
+  // took 4 ms and ucx_perftest's own figure moved 3x between runs), 64 MiB
+  // for a ping-pong (fi_pingpong runs 15 times its count: minutes at 1 GiB).
+  uint64_t bw_bytes = 0;
   uint32_t bw_window = 64;          // puts in flight
   // Bandwidth as a ping-pong (size / mean half round trip) instead of a
   // stream: the form of fi_pingpong's figure, the ofi baseline.
