@@ -40,8 +40,9 @@ class ChannelEvents {
   // before it fetches: nullptr (the default) = into the channel's own buffer.
   // Otherwise the body is fetched to the address returned (then delivered by
   // on_message_parts with body == that address) and *pin was incremented:
-  // the channel decrements it (and drops its reference) once it writes there no more (the fetch ended,
-  // failed or never started), delivered or not. The channel asks only while
+  // the channel decrements it (and drops its reference) once it writes there
+  // no more (the fetch ended, failed or never started), delivered or not,
+  // or once it takes a buffer for the body after all. The channel asks only while
   // every earlier message of `peer` not yet delivered is a placed one, and
   // starts a placed fetch only once no placed fetch still running overlaps
   // it: data of a later message never lands under an earlier one's.
@@ -90,8 +91,9 @@ class Channel {
   // Starts sending the concatenation of iov[0..n) to `peer`. false: no room
   // now (progress and retry); nothing was taken. Called from inside an event
   // of progress() it may say false for that reason alone (UCX delivers from
-  // its receive callback, where it must not send): retry after progress(). true: on_sent(token) follows
-  // from a later progress() once the buffers may be reused. The engine keeps
+  // its receive callback, where it must not send): retry after progress().
+  // true: on_sent(token) follows from a later progress() once the buffers
+  // may be reused. The engine keeps
   // its own header buffers until on_sent; payload buffers are the user's and
   // stay valid until the operation completes, which for a lost peer (or one
   // past the engine's timeout) is at once: a channel that sends without
