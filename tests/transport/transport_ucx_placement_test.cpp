@@ -2,12 +2,13 @@
 // channel asks the engine: ChannelEvents::place_body). Two UCX transports in
 // one process, rendezvous from 16 KiB (UCX_RNDV_THRESH), over shared memory
 // and over tcp. What must hold: the data lands whole and a signal after it;
-// overlapping puts in flight end with the last one's bytes, eager ones
-// mixed in too (which UCX's in-order fetches here would give even without
-// the channel's ordering rules: the outcome is checked, not the rules); a body that fails the target's check is never placed (the
-// region and its guards untouched, the answer the check's); a region
-// deregistered while a body is still arriving waits for it, on the polling
-// thread too (the put is then answered RemoteAccess).
+// overlapping puts in flight end with the last one's bytes, eager ones mixed
+// in too (UCX's in-order fetches here would give that even without the
+// channel's ordering rules: the outcome is checked, not the rules); a body
+// that fails the target's check is never placed (the region and its guards
+// untouched, the answer the check's); a region deregistered while a body is
+// still arriving waits for it, on the polling thread too (the put is then
+// answered RemoteAccess), and gives a stalled sender up after the timeout.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
