@@ -37,7 +37,8 @@ struct Registry {
   // Why a request's range fails the target's check (None: it passes).
   enum class Fault { None, UnknownKey, OutOfBounds, NoAccess, Unaligned };
   // The check of [raddr, raddr + len) under `key` for access `need` (and
-  // 8-byte alignment when `word`); under mu. *out: the entry when None.
+  // 8-byte alignment when `word`); under mu. *out: the key's entry whenever
+  // the key is registered (a failure's message names its range and access).
   Fault check(uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word, Entry* out) const;
 
   // Set by the engine for its lifetime (under drive_mu): moves data into

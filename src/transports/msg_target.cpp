@@ -112,12 +112,11 @@ Registry::Fault Registry::check(uint32_t key, uint64_t raddr, uint64_t len, uint
                                 Entry* out) const {
   auto it = by_key.find(key);
   if (it == by_key.end()) return Fault::UnknownKey;
-  const Entry& e = it->second;
+  const Entry& e = *out = it->second;
   const uint64_t b = reinterpret_cast<uint64_t>(e.base);
   if (raddr < b || raddr - b > e.len || len > e.len - (raddr - b)) return Fault::OutOfBounds;
   if ((e.access & need) != need) return Fault::NoAccess;
   if (word && raddr % 8 != 0) return Fault::Unaligned;
-  *out = e;
   return Fault::None;
 }
 
@@ -231,14 +230,13 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
     if (f == F::UnknownKey) {
       reject(p.name, "unknown key", std::string(tn) + " with key " + hex(key) + " (never issued or deregistered)");
     } else if (f == F::OutOfBounds) {
-      auto it = reg_->by_key.find(key);
       reject(p.name, "out of bounds", std::string(tn) + " of [" + hex(raddr) + ", +" + std::to_string(len) +
                                           ") outside key " + hex(key) + "'s [" +
-                                          hex(reinterpret_cast<uint64_t>(it->second.base)) + ", +" +
-                                          std::to_string(it->second.len) + ")");
+                                          hex(reinterpret_cast<uint64_t>(out->base)) + ", +" +
+                                          std::to_string(out->len) + ")");
     } else if (f == F::NoAccess) {
       reject(p.name, "no access", std::string(tn) + " needs access " + hex(need) + ", key " + hex(key) + " has " +
-                                      hex(reg_->by_key.find(key)->second.access));
+                                      hex(out->access));
     } else {
       reject(p.name, "unaligned", std::string(tn) + " at " + hex(raddr) + " is not 8-byte aligned");
     }
