@@ -38,8 +38,10 @@ struct Registry {
   enum class Fault { None, UnknownKey, OutOfBounds, NoAccess, Unaligned };
   // The check of [raddr, raddr + len) under `key` for access `need` (and
   // 8-byte alignment when `word`); under mu. *out: the key's entry whenever
-  // the key is registered (a failure's message names its range and access).
-  Fault check(uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word, Entry* out) const;
+  // the key is registered (a failure's message names its range and access),
+  // valid while mu is held (no copy: pins is a shared_ptr, and this is on
+  // every request's path).
+  Fault check(uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word, const Entry** out) const;
 
   // Set by the engine for its lifetime (under drive_mu): moves data into
   // placed bodies without delivering anything (Channel::drive_placed), for a

@@ -109,10 +109,10 @@ using text::hex;
 }  // namespace
 
 Registry::Fault Registry::check(uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word,
-                                Entry* out) const {
+                                const Entry** out) const {
   auto it = by_key.find(key);
   if (it == by_key.end()) return Fault::UnknownKey;
-  const Entry& e = *out = it->second;
+  const Entry& e = *(*out = &it->second);
   const uint64_t b = reinterpret_cast<uint64_t>(e.base);
   if (raddr < b || raddr - b > e.len || len > e.len - (raddr - b)) return Fault::OutOfBounds;
   if ((e.access & need) != need) return Fault::NoAccess;
@@ -223,7 +223,7 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
   std::unique_lock lk(reg_->mu);
   // Every check of both ranges (data and, for put_signal, the signal word) before any byte moves.
   auto check = [&](uint32_t key, uint64_t raddr, uint64_t len, uint32_t need, bool word,
-                   Registry::Entry* out) -> Status {
+                   const Registry::Entry** out) -> Status {
     using F = Registry::Fault;
     const F f = reg_->check(key, raddr, len, need, word, out);
     if (f == F::None) return Status::Ok;
@@ -232,23 +232,25 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
     } else if (f == F::OutOfBounds) {
       reject(p.name, "out of bounds", std::string(tn) + " of [" + hex(raddr) + ", +" + std::to_string(len) +
                                           ") outside key " + hex(key) + "'s [" +
-                                          hex(reinterpret_cast<uint64_t>(out->base)) + ", +" +
-                                          std::to_string(out->len) + ")");
+                                          hex(reinterpret_cast<uint64_t>((*out)->base)) + ", +" +
+                                          std::to_string((*out)->len) + ")");
     } else if (f == F::NoAccess) {
       reject(p.name, "no access", std::string(tn) + " needs access " + hex(need) + ", key " + hex(key) + " has " +
-                                      hex(out->access));
+                                      hex((*out)->access));
     } else {
       reject(p.name, "unaligned", std::string(tn) + " at " + hex(raddr) + " is not 8-byte aligned");
     }
     return fault_status(f);
   };
-  Registry::Entry d{}, s{};
-  Status st = check(r.key, r.raddr, r.length, needed_access(r.type), atomic_word, &d);
-  if (st == Status::Ok && r.type == MsgType::PutSignal) st = check(r.sig_key, r.sig_raddr, 8, kRemoteAtomic, true, &s);
+  static const Registry::Entry kNoWord{};  // s when there is no signal word
+  const Registry::Entry *dp = nullptr, *sp = &kNoWord;
+  Status st = check(r.key, r.raddr, r.length, needed_access(r.type), atomic_word, &dp);
+  if (st == Status::Ok && r.type == MsgType::PutSignal) st = check(r.sig_key, r.sig_raddr, 8, kRemoteAtomic, true, &sp);
   if (st != Status::Ok) {
     lk.unlock();
     return answer(p, r, st, 0, {});
   }
+  const Registry::Entry &d = *dp, &s = *sp;  // under lk to the end of the access
   auto fault = [](const emu::CopyResult& c, MemoryKind k) {
     return c ? (k == MemoryKind::Gpu ? Status::RemoteOperation : Status::RemoteAccess) : Status::Ok;
   };
@@ -334,18 +336,18 @@ uint8_t* MsgTransport::place_body(uint32_t peer, const uint8_t* head, size_t hle
       r.seq < p->rx_next)
     return nullptr;
   std::lock_guard lk(reg_->mu);
-  Registry::Entry d{}, s{};
+  const Registry::Entry *d = nullptr, *s = nullptr;
   if (reg_->check(r.key, r.raddr, r.length, kRemoteWrite, false, &d) != Registry::Fault::None ||
-      d.kind != MemoryKind::Host)
+      d->kind != MemoryKind::Host)
     return nullptr;
   // put_signal: both ranges pass before any byte moves, as in execute().
   if (r.type == MsgType::PutSignal &&
       reg_->check(r.sig_key, r.sig_raddr, 8, kRemoteAtomic, true, &s) != Registry::Fault::None)
     return nullptr;
-  d.pins->fetch_add(1, std::memory_order_relaxed);
-  *pin = d.pins;
+  d->pins->fetch_add(1, std::memory_order_relaxed);
+  *pin = d->pins;
   ++placed_;
-  return d.base + (r.raddr - reinterpret_cast<uint64_t>(d.base));
+  return d->base + (r.raddr - reinterpret_cast<uint64_t>(d->base));
 }
 
 void MsgTransport::answer(Peer& p, const wire::Request& r, Status st, uint64_t old, std::vector<uint8_t> data) {
