@@ -38,9 +38,19 @@ class Link {
   // was read.
   virtual void send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2,
                           Clock::time_point deadline) = 0;
-  // True when send_parts() hands `body` to the kernel without reading it
-  // itself: a body that can't be read then fails the send (EFAULT: the link
-  // is lost) instead of raising SIGSEGV in this process.
+  // One piece of a gathered send.
+  struct Piece {
+    const uint8_t* p;
+    size_t n;
+  };
+  // send() of the pieces' bytes in order, without joining them (the first
+  // holds at least the first frame's header): several WRITEs' payloads leave
+  // from their regions in one send. This default joins them into one buffer
+  // first; links that kernel_reads_body() hand them to the kernel as they are.
+  virtual void send_gather(std::span<const Piece> pieces, Clock::time_point deadline);
+  // True when send_parts() and send_gather() hand their bytes to the kernel
+  // without reading them themselves: bytes that can't be read then fail the
+  // send (EFAULT: the link is lost) instead of raising SIGSEGV in this process.
   virtual bool kernel_reads_body() const { return false; }
   // Receives the next whole frame into `out` (resized to it). Returns false
   // when none arrived by `deadline` (not an error: the caller polls). Throws
@@ -126,5 +136,11 @@ class CloseReason {
   mutable std::mutex mu_;
   std::string why_;
 };
+
+inline void Link::send_gather(std::span<const Piece> pieces, Clock::time_point deadline) {
+  std::vector<uint8_t> joined;
+  for (const Piece& x : pieces) joined.insert(joined.end(), x.p, x.p + x.n);
+  send_parts(joined.data(), joined.size(), nullptr, 0, deadline);
+}
 
 }  // namespace kinet::fabric

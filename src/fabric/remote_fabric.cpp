@@ -94,9 +94,15 @@ RemotePeer::~RemotePeer() {
   stop_.store(true, std::memory_order_release);
   link_->close();
   if (rx_.joinable()) rx_.join();
+  in_place_total_.fetch_sub(static_cast<int64_t>(in_place_.size()), std::memory_order_acq_rel);  // never sent
 }
 
-std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
+std::atomic<int64_t> RemotePeer::in_place_total_{0};
+// A batch's pieces: two per payload in place (the frames before it, then it),
+// the frames after the last one and a payload that leaves at once.
+static_assert(2 * (RemotePeer::kGatherBatchBytes / RemotePeer::kGatherBytes) + 2 <= fabric::TcpLink::kMaxPieces);
+
+std::shared_ptr<Call> RemotePeer::start(fabric::Request rq, Payload life) {
   std::shared_ptr<Call> c;
   {
     std::lock_guard<std::mutex> g(spare_mu_);
@@ -135,9 +141,18 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq) {
   // Requests queued before it (the engine reuses the payload's buffer).
   if (rq.kind == fabric::OpKind::Write && rq.len >= kGatherBytes) {
     // One send carries at most kMaxFrame bytes (a shm link's limit).
-    if (!buf_.empty() && buf_.size() + fabric::kHeaderBytes + fabric::kRequestFixed + rq.len > fabric::kMaxFrame)
+    if (!buf_.empty() &&
+        buf_.size() + in_place_bytes_ + fabric::kHeaderBytes + fabric::kRequestFixed + rq.len > fabric::kMaxFrame)
       send_locked(nullptr, 0);
     fabric::encode_head(rq, buf_);
+    if (life == Payload::UntilSent && link_->kernel_reads_body()) {
+      // It waits for the batch: several payloads leave in one send(2).
+      in_place_.push_back({buf_.size(), rq.payload, rq.len});
+      in_place_bytes_ += rq.len;
+      in_place_total_.fetch_add(1, std::memory_order_acq_rel);
+      if (buf_.size() + in_place_bytes_ >= kGatherBatchBytes) send_locked(nullptr, 0);
+      return c;
+    }
     send_locked(rq.payload, rq.len);
     return c;
   }
@@ -152,6 +167,17 @@ void RemotePeer::flush() {
 }
 
 void RemotePeer::send_locked(const uint8_t* body, size_t n) {
+  struct Done {  // whatever happens below, the batch is gone after it
+    RemotePeer& p;
+    ~Done() {
+      p.buf_.clear();
+      if (!p.in_place_.empty()) {
+        in_place_total_.fetch_sub(static_cast<int64_t>(p.in_place_.size()), std::memory_order_acq_rel);
+        p.in_place_.clear();
+        p.in_place_bytes_ = 0;
+      }
+    }
+  } done{*this};
   {
     // The queued Calls become pending before their Requests leave (an
     // answer can't overtake its Request), in one lock for the whole batch.
@@ -161,7 +187,6 @@ void RemotePeer::send_locked(const uint8_t* body, size_t n) {
     if (lost_.load(std::memory_order_acquire)) {  // lost since they were queued
       for (auto& c : queued_) complete_lost(*c, why_);
       queued_.clear();
-      buf_.clear();
       return;
     }
     const auto now = Clock::now();
@@ -171,12 +196,25 @@ void RemotePeer::send_locked(const uint8_t* body, size_t n) {
     }
     queued_.clear();
   }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
   try {
-    link_->send_parts(buf_.data(), buf_.size(), body, n, Clock::now() + std::chrono::milliseconds(timeout_ms_));
+    if (in_place_.empty()) {
+      link_->send_parts(buf_.data(), buf_.size(), body, n, deadline);
+    } else {
+      pieces_.clear();
+      size_t at = 0;
+      for (const InPlace& x : in_place_) {
+        pieces_.push_back({buf_.data() + at, x.head_end - at});
+        pieces_.push_back({x.body, x.len});
+        at = x.head_end;
+      }
+      if (at < buf_.size()) pieces_.push_back({buf_.data() + at, buf_.size() - at});
+      if (n) pieces_.push_back({body, n});
+      link_->send_gather(pieces_, deadline);
+    }
   } catch (const Error& e) {
     fail(reason(link_->peer_name(), e.what()));  // completes the queued Calls with the others
   }
-  buf_.clear();
 }
 
 void RemotePeer::fail(const std::string& why) {
@@ -785,6 +823,21 @@ std::shared_ptr<RemotePeer> RemoteFabric::peer(const std::string& ep, fabric::Vi
   std::lock_guard<std::mutex> g(mu_);
   peers_[cache] = p;
   return p;
+}
+
+void RemoteFabric::send_queued() {
+  if (!RemotePeer::any_in_place()) return;
+  std::vector<std::shared_ptr<RemotePeer>> ps;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [k, p] : peers_) ps.push_back(p);
+  }
+  for (auto& p : ps) p->flush();
+}
+
+void drain_memory() {
+  { std::unique_lock<std::shared_mutex> drain(memory_guard()); }
+  if (RemotePeer::any_in_place()) remote().send_queued();
 }
 
 RemoteFabric& remote() {

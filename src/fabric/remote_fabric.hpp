@@ -76,10 +76,21 @@ class RemotePeer {
   RemotePeer(std::unique_ptr<fabric::Link> link, std::string endpoint, uint64_t timeout_ms);
   ~RemotePeer();  // closes the link, joins the receiver
   RemotePeer(const RemotePeer&) = delete;
+  // How long a WRITE's `rq.payload` stays readable and unchanged.
+  enum class Payload {
+    UntilReturn,  // until start() returns (a staging buffer the caller reuses)
+    // Until the Request leaves: bytes of a registered host region, whose
+    // deregistration calls RemoteFabric::send_queued() (or flushes this peer)
+    // before it returns. Taken only over a link that kernel_reads_body();
+    // any other link treats it as UntilReturn.
+    UntilSent,
+  };
   // Queues `rq` (its seq is assigned here) and returns its Call. Requests
   // leave in batches, one send(2) for all queued so far: at flush(), when the
   // queue reaches kSendBatchBytes, and with a WRITE whose payload is sent in
-  // place (kGatherBytes or more: `rq.payload` is read before start returns).
+  // place (kGatherBytes or more): with Payload::UntilReturn it leaves now,
+  // with UntilSent its payload joins the batch where it is (one send(2) for
+  // up to kGatherBatchBytes in all).
   // Every caller flush()es before it waits for an answer or lets go of the
   // QP (the engine: at the end of each pass, unless the pass started no
   // Request of a signalled WQE while an answer of the QP is on its way:
@@ -87,7 +98,7 @@ class RemotePeer {
   // on a link fault: the Call then comes back done and lost (at the next
   // flush() for a queued one). May block up to the peer timeout while the
   // peer does not read.
-  std::shared_ptr<Call> start(fabric::Request rq);
+  std::shared_ptr<Call> start(fabric::Request rq, Payload life = Payload::UntilReturn);
   // Sends what start() queued (nothing: no syscall). Never throws.
   void flush();
   // The newest seq that has left (or was completed lost): a Call with a
@@ -102,6 +113,13 @@ class RemotePeer {
   // than a send(2) per Request (write_bw at 4 KiB with a doorbell per 32
   // WQEs: docs/PERFORMANCE.md section 4).
   static constexpr uint64_t kGatherBytes = 16 * 1024;
+  // A batch with payloads in place leaves once it holds this many bytes
+  // (a send of at most kMaxFrame bytes: Link::send).
+  static constexpr size_t kGatherBatchBytes = 512 * 1024;
+  // Payloads queued in place (Payload::UntilSent) by every peer of this
+  // process, not yet sent: a deregistration with none to wait for costs no
+  // lock.
+  static bool any_in_place() { return in_place_total_.load(std::memory_order_acquire) != 0; }
   const std::string& endpoint() const { return endpoint_; }
   // Whether a WRITE's payload of kGatherBytes or more may come straight from
   // a registered region (Link::kernel_reads_body: the kernel reads it, so a
@@ -139,8 +157,19 @@ class RemotePeer {
   std::vector<std::shared_ptr<Call>> queued_;
   std::atomic<uint64_t> sent_through_{0};
   std::atomic<bool> has_queued_{false};
-  // Sends buf_ (then `body`, the payload of its last frame, when not null)
-  // and empties it; a link fault loses the peer. Caller holds send_mu_.
+  // Payloads queued in place: each goes right after buf_[0, head_end).
+  struct InPlace {
+    size_t head_end;
+    const uint8_t* body;
+    size_t len;
+  };
+  std::vector<InPlace> in_place_;
+  size_t in_place_bytes_ = 0;
+  std::vector<fabric::Link::Piece> pieces_;  // send_locked's scratch
+  static std::atomic<int64_t> in_place_total_;
+  // Sends buf_ with the payloads in place between its frames (then `body`,
+  // the payload of its last frame, when not null) and empties it; a link
+  // fault loses the peer. Caller holds send_mu_.
   void send_locked(const uint8_t* body, size_t n);
   static void complete_lost(Call& c, const std::string& why);
   alignas(64) std::mutex mu_;  // guards pending_ and why_
@@ -183,6 +212,11 @@ class RemoteFabric {
   // deadline for both). Throws System when the peer can't be reached within
   // the peer timeout, InvalidArgument for a malformed endpoint.
   std::shared_ptr<RemotePeer> peer(const std::string& endpoint, fabric::Via via);
+  // Sends every peer's queued Requests now, payloads in place among them:
+  // a deregistration calls it once no WQE can queue one from its region any
+  // more (the key is gone and memory_guard() was drained), so that no byte
+  // is read from the region after it returns. No-op when none is queued in place.
+  void send_queued();
   // KINET_EMU_PEER_TIMEOUT_MS, read once.
   uint64_t timeout_ms();
   // KINET_EMU_ACK_DELAY_US (default 200, at most 1 s; 0: every answer at

@@ -114,23 +114,35 @@ bool wait_fd(int fd, short events, Clock::time_point deadline) {
 
 void TcpLink::send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2,
                          Clock::time_point deadline) {
+  const Piece p[2] = {{head, n1}, {body, n2}};
+  send_gather(std::span<const Piece>(p, n2 ? 2 : 1), deadline);
+}
+
+void TcpLink::send_gather(std::span<const Piece> pieces, Clock::time_point deadline) {
+  if (pieces.size() > kMaxPieces)
+    throw Error(ErrorCode::InvalidArgument, peer_ + ": a send of " + std::to_string(pieces.size()) +
+                                                " pieces (at most " + std::to_string(kMaxPieces) + ")");
   const auto start = Clock::now();
-  const size_t n = n1 + n2;
-  size_t done = 0;
-  while (done < n) {
+  iovec iov[kMaxPieces];
+  size_t cnt = 0;
+  for (const Piece& x : pieces)
+    if (x.n) iov[cnt++] = {const_cast<uint8_t*>(x.p), x.n};
+  // One sendmsg for what is left of every piece; a partial send moves the
+  // first piece's start (the array is ours to change).
+  size_t first = 0;
+  while (first < cnt) {
     if (closed_.closed()) lost("the link was closed");
-    // One sendmsg for what is left of both parts.
-    iovec iov[2];
-    int cnt = 0;
-    if (done < n1) iov[cnt++] = {const_cast<uint8_t*>(head) + done, n1 - done};
-    const size_t body_off = done > n1 ? done - n1 : 0;
-    if (n2 > body_off) iov[cnt++] = {const_cast<uint8_t*>(body) + body_off, n2 - body_off};
     msghdr m{};
-    m.msg_iov = iov;
-    m.msg_iovlen = static_cast<size_t>(cnt);
+    m.msg_iov = iov + first;
+    m.msg_iovlen = cnt - first;
     const ssize_t k = ::sendmsg(fd_.get(), &m, MSG_NOSIGNAL);
     if (k > 0) {
-      done += static_cast<size_t>(k);
+      size_t left = static_cast<size_t>(k);
+      while (first < cnt && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+      if (left) {
+        iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + left;
+        iov[first].iov_len -= left;
+      }
       continue;
     }
     if (k < 0 && errno == EINTR) continue;

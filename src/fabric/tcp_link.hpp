@@ -27,6 +27,9 @@ class TcpLink final : public Link {
   // ("peer lost"), never a SIGPIPE.
   void send_parts(const uint8_t* head, size_t n1, const uint8_t* body, size_t n2,
                   Clock::time_point deadline) override;
+  // At most kMaxPieces pieces.
+  void send_gather(std::span<const Piece> pieces, Clock::time_point deadline) override;
+  static constexpr size_t kMaxPieces = 256;  // under IOV_MAX (1024)
   bool kernel_reads_body() const override { return true; }  // sendmsg(2)
   bool recv(std::vector<uint8_t>& out, Clock::time_point deadline) override;
   bool recv_split(std::vector<uint8_t>& out, Clock::time_point deadline, size_t split_over, size_t head,

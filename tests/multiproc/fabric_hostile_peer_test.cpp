@@ -25,6 +25,7 @@
 
 #include "bootstrap/socket.hpp"
 #include "fabric/endpoint.hpp"
+#include "fabric/remote_fabric.hpp"
 #include "fabric/tcp_link.hpp"
 #include "fabric/wire.hpp"
 #include "providers/emu/prm.hpp"
@@ -331,6 +332,12 @@ TEST(FabricPipelining, ManyRequestsBeforeTheFirstAnswer) {
 // new; the first few (a shallow pipeline) came at once, the rest only after.
 struct CorkScript {
   std::atomic<int> before{0}, after{0};  // Requests seen before / after the answer
+  std::atomic<int> all_a5{0};             // WRITEs whose payload was all 0xa5 (the first one's aside)
+  void count_payload(const fab::Request& rq) {
+    if (rq.kind == fab::OpKind::Write && rq.len > 64 &&
+        std::all_of(rq.payload, rq.payload + rq.len, [](uint8_t x) { return x == 0xa5; }))
+      all_a5.fetch_add(1);
+  }
   // Answers the signalled WRITE and everything seen before once 500 ms pass
   // quietly, then every later Request (READs with 64 bytes of 0xd7).
   void run(fab::TcpLink& l) {
@@ -344,6 +351,7 @@ struct CorkScript {
       std::string why;
       if (!fab::decode(b.data(), b.size(), &f, &why)) throw std::runtime_error(why);
       seen.push_back(f.request);
+      count_payload(f.request);
       before.fetch_add(1);
     }
     const std::vector<uint8_t> data(64, 0xd7);
@@ -360,6 +368,7 @@ struct CorkScript {
     while (l.recv(b, std::chrono::steady_clock::now() + 10s)) {
       std::string why;
       if (!fab::decode(b.data(), b.size(), &f, &why)) throw std::runtime_error(why);
+      count_payload(f.request);
       if (f.request.kind != fab::OpKind::Flush) after.fetch_add(1);  // counted before it is answered
       answer(f.request);
     }
@@ -430,6 +439,45 @@ TEST(FabricCorking, DestroyingTheQpSendsWhatItCorked) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 400ms) << "teardown waited for the held answer";
   while (cs.before.load() < kN && std::chrono::steady_clock::now() - t0 < 5s) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(cs.before.load(), kN) << "corked WRITEs stayed queued after their QP was destroyed";
+}
+
+// WRITEs from kGatherBytes on wait in their region while corked
+// (RemotePeer::Payload::UntilSent). Deregistering it sends them before it
+// returns: bytes written into the region afterwards never travel.
+TEST(FabricCorking, DeregisteringTheSourceSendsTheWritesCorkedFromIt) {
+  constexpr int kN = 16, kShallow = 6;
+  constexpr size_t kLen = kinet::emu::RemotePeer::kGatherBytes;
+  CorkScript cs;
+  FakePeer fp([&](fab::TcpLink& l) { cs.run(l); });
+  Rig r(fp.endpoint());
+  std::vector<uint8_t> src(kN * kLen, 0xa5);
+  auto src_mr = r.pd->reg_mr(src.data(), src.size(), kinet::kAccessAll);
+  r.qp->connect(r.peer);
+  const auto h = r.qp->handle();
+  dev::Ticket t0;
+  ASSERT_EQ(dev::put<X>(h, r.buf.data(), r.mr->lkey(), 0x1000, kinet::Rkey{0x01020304}, 64, dev::kSignal, &t0),
+            Status::Ok);
+  for (int i = 1; i <= kN; ++i) {
+    ASSERT_EQ(dev::put<X>(h, src.data() + kLen * (i - 1), src_mr->lkey(), 0x1000 + kLen * i, kinet::Rkey{0x01020304},
+                          kLen, 0),
+              Status::Ok);
+    if (i == kShallow) {
+      const auto until = std::chrono::steady_clock::now() + 5s;
+      while (cs.before.load() < kShallow && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      ASSERT_EQ(cs.before.load(), kShallow) << "a shallow pipeline was corked";
+    }
+  }
+  for (const auto until = std::chrono::steady_clock::now() + 100ms; std::chrono::steady_clock::now() < until;)
+    ASSERT_EQ(dev::poll_cq<X>(h), Status::Ok);  // each poll a pass: all 16 issued, 10 of them corked
+  ASSERT_EQ(cs.before.load(), kShallow) << "nothing was corked: the case would test nothing";
+  const auto t1 = std::chrono::steady_clock::now();
+  src_mr.reset();
+  std::fill(src.begin(), src.end(), 0x3c);  // never to travel
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, 400ms) << "deregistration waited for the held answer";
+  EXPECT_EQ(dev::wait<X>(h, t0), Status::Ok) << r.qp->last_error();
+  EXPECT_EQ(dev::quiet<X>(h), Status::Ok) << r.qp->last_error();
+  EXPECT_EQ(cs.before.load(), kN) << "corked WRITEs stayed queued after their region was deregistered";
+  EXPECT_EQ(cs.all_a5.load(), kN) << "a WRITE carried bytes written after its region was deregistered";
 }
 
 // READs of unsignalled WQEs are corked the same way.

@@ -56,6 +56,10 @@ class RecordingLink final : public fab::Link {
   }
   void close() override { closed_.store(true); }
   const std::string& peer_name() const override { return name_; }
+  // As a TCP link: payloads may wait in place for the batch (the default
+  // send_gather joins the pieces into one recorded send).
+  bool kernel_reads_body() const override { return kernel_reads_; }
+  bool kernel_reads_ = false;
 
   std::vector<std::vector<uint8_t>> sends() {
     std::lock_guard<std::mutex> g(mu_);
@@ -85,7 +89,8 @@ struct Rig {
     peer = std::make_unique<RemotePeer>(std::move(l), "tcp 192.0.2.1:1", 10000);
     for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7 + 3);
   }
-  std::shared_ptr<Call> write(uint64_t len) {
+  std::shared_ptr<Call> write(uint64_t len, RemotePeer::Payload life = RemotePeer::Payload::UntilReturn,
+                              const uint8_t* src = nullptr) {
     fab::Request rq;
     rq.from_node = 1;
     rq.to_node = 2;
@@ -95,8 +100,8 @@ struct Rig {
     rq.raddr = 0x1000;
     rq.rkey = 5;
     rq.len = len;
-    rq.payload = payload.data();
-    return peer->start(rq);
+    rq.payload = src ? src : payload.data();
+    return peer->start(rq, life);
   }
   std::shared_ptr<Call> read(uint64_t len) {
     fab::Request rq;
@@ -162,6 +167,77 @@ TEST(FabricSendBatch, AnInPlaceWriteTakesTheQueueAlong) {
   EXPECT_EQ(f[2].len, RemotePeer::kGatherBytes);
   EXPECT_EQ(std::vector<uint8_t>(f[2].payload, f[2].payload + f[2].len),
             std::vector<uint8_t>(r.payload.begin(), r.payload.begin() + RemotePeer::kGatherBytes));
+}
+
+// Payloads that stay put until they leave (Payload::UntilSent: a registered
+// region) wait for the batch over a link whose kernel reads them: every
+// Request, copied or in place, leaves at flush() in one send, in order,
+// each payload its own bytes. Over a link that would copy them itself they
+// leave at once, as a staging buffer's do.
+TEST(FabricSendBatch, InPlacePayloadsJoinTheBatch) {
+  using P = RemotePeer::Payload;
+  Rig r;
+  r.link->kernel_reads_ = true;
+  std::vector<uint8_t> a(RemotePeer::kGatherBytes, 0xa1), b(RemotePeer::kGatherBytes + 5, 0xb2);
+  r.write(100);
+  r.write(a.size(), P::UntilSent, a.data());
+  r.write(200);
+  r.write(b.size(), P::UntilSent, b.data());
+  r.write(300);
+  EXPECT_TRUE(r.link->sends().empty()) << "an in-place payload left before flush()";
+  r.peer->flush();
+  auto s = r.link->sends();
+  ASSERT_EQ(s.size(), 1u);
+  const auto f = frames(s[0]);
+  ASSERT_EQ(f.size(), 5u);
+  const std::vector<uint64_t> lens = {100, a.size(), 200, b.size(), 300};
+  for (size_t i = 0; i < f.size(); ++i) {
+    EXPECT_EQ(f[i].seq, i + 1);
+    ASSERT_EQ(f[i].len, lens[i]);
+    const uint8_t* want = i == 1 ? a.data() : i == 3 ? b.data() : r.payload.data();
+    EXPECT_EQ(std::memcmp(f[i].payload, want, f[i].len), 0) << "frame " << i;
+  }
+  // A staging buffer's payload (UntilReturn) leaves at once and takes the
+  // waiting ones along, in order.
+  r.write(a.size(), P::UntilSent, a.data());
+  r.write(RemotePeer::kGatherBytes);
+  s = r.link->sends();
+  ASSERT_EQ(s.size(), 2u);
+  ASSERT_EQ(frames(s[1]).size(), 2u);
+  EXPECT_EQ(frames(s[1])[0].payload[0], 0xa1);
+  // A link that copies what it sends: UntilSent leaves at once too.
+  Rig c;
+  c.write(a.size(), P::UntilSent, a.data());
+  EXPECT_EQ(c.link->sends().size(), 1u) << "an in-place payload waited over a link that reads it itself";
+}
+
+// A batch of in-place payloads leaves by itself at kGatherBatchBytes,
+// never over kMaxFrame.
+TEST(FabricSendBatch, InPlaceBatchesLeaveAtTheirLimit) {
+  using P = RemotePeer::Payload;
+  Rig r;
+  r.link->kernel_reads_ = true;
+  for (const uint64_t len : {RemotePeer::kGatherBytes, uint64_t{128 * 1024}}) {
+    const size_t before = r.link->sends().size();
+    const size_t per = len + fab::kHeaderBytes + fab::kRequestFixed;
+    const size_t n = (RemotePeer::kGatherBatchBytes + per - 1) / per;  // the last one fills it
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(r.link->sends().size(), before) << "left at " << i << " payloads of " << len << " B";
+      r.write(len, P::UntilSent);
+    }
+    const auto s = r.link->sends();
+    ASSERT_EQ(s.size(), before + 1) << "kGatherBatchBytes of " << len << " B payloads waited";
+    EXPECT_EQ(frames(s.back()).size(), n);
+  }
+  // Whole chunks: each over kGatherBatchBytes, each leaves on its own.
+  r.write(fab::kMaxChunk, P::UntilSent);
+  r.write(fab::kMaxChunk, P::UntilSent);
+  r.peer->flush();
+  const auto s = r.link->sends();
+  ASSERT_EQ(s.size(), 4u);
+  for (const auto& x : s) EXPECT_LE(x.size(), fab::kMaxFrame);
+  EXPECT_EQ(frames(s[2]).size(), 1u);
+  EXPECT_EQ(frames(s[3]).size(), 1u);
 }
 
 TEST(FabricSendBatch, AFullQueueLeavesAndNoSendExceedsAFrame) {

@@ -97,7 +97,7 @@ int dereg_mr(ibv_mr* mr) {
     nic.mrs.erase(r->key);
   }
   // WQEs in flight that looked the key up before it went finish first.
-  { std::unique_lock<std::shared_mutex> drain(memory_guard()); }
+  drain_memory();
   {
     std::unique_lock<std::shared_mutex> g(nic.mr_mu);
     nic.mr_ids.release(r->key >> 8);

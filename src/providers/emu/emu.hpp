@@ -291,6 +291,11 @@ Fabric& fabric();  // this process's fabric
 // key is gone, so no copy into a deregistered region is still in flight when
 // reg_mr's object dies and the caller frees the memory.
 std::shared_mutex& memory_guard();
+// What deregistration does once the key is gone: waits out the WQEs that
+// looked it up before (memory_guard() exclusively), then sends the WRITE
+// payloads they queued in place on a link (RemotePeer::Payload::UntilSent),
+// so that no byte is read from the region after this returns.
+void drain_memory();
 
 std::unique_ptr<Device> open_device(std::string_view name, const DeviceOptions& opt);
 

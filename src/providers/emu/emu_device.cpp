@@ -95,7 +95,7 @@ class EmuMr final : public MemoryRegion {
       nic_->mrs.erase(key_);
     }
     // Wait out WQEs in flight that looked the key up before it was erased.
-    std::unique_lock<std::shared_mutex> drain(memory_guard());
+    drain_memory();
   }
   void* addr() const override { return reinterpret_cast<void*>(e_.addr); }
   size_t length() const override { return e_.len; }
@@ -334,7 +334,7 @@ class EmuPd final : public ProtectionDomain {
         }
       }
     }
-    if (any) std::unique_lock<std::shared_mutex> drain(memory_guard());
+    if (any) drain_memory();
     std::lock_guard<std::mutex> g(nic_->qp_mu);
     for (auto& [n, qp] : nic_->qps)
       if (qp->pd == id_) qp->state.store(QpState::Error, std::memory_order_release);

@@ -173,8 +173,9 @@ bool QpRunner::pump(InFlight& e) {
   // per call cost an allocation, a zero-fill and page faults per chunk.
   thread_local std::vector<uint8_t> payload;
   // A large WRITE from host memory leaves from the region itself (send(2)
-  // reads it: one copy fewer per byte); the guard stays held until start()
-  // has sent it, so the region can't be deregistered under the send.
+  // reads it: one copy fewer per byte), with the batch; the guard stays held
+  // until start() has queued it, so a deregistration (drain_memory) either
+  // sees it queued and sends it before it returns, or finds the key gone.
   std::shared_lock<std::shared_mutex> sending;
   while (e.sent < e.chunks.size() && !e.fault_syndrome &&
          (qp_.remote_out_bytes == 0 || qp_.remote_out_bytes + cost(e.chunks[e.sent]) <= kRemoteOutBytes)) {
@@ -188,6 +189,7 @@ bool QpRunner::pump(InFlight& e) {
     rq.raddr = c.raddr;
     rq.rkey = w.rkey;
     rq.len = c.len;
+    RemotePeer::Payload life = RemotePeer::Payload::UntilReturn;
     switch (w.opcode) {
       case prm::kNop:
         rq.kind = fabric::OpKind::Flush;
@@ -225,7 +227,10 @@ bool QpRunner::pump(InFlight& e) {
             break;
           }
           rq.payload = in_place ? src : payload.data();
-          if (in_place) sending = std::move(g);
+          if (in_place) {
+            sending = std::move(g);
+            life = RemotePeer::Payload::UntilSent;  // deregistration sends it first (drain_memory)
+          }
         }
         break;
       case prm::kRdmaRead:
@@ -237,7 +242,7 @@ bool QpRunner::pump(InFlight& e) {
         rq.compare = w.opcode == prm::kAtomicFa ? 0 : w.compare;
     }
     if (e.fault_syndrome) break;
-    c.call = qp_.peer->start(rq);
+    c.call = qp_.peer->start(rq, life);
     if (sending.owns_lock()) sending.unlock();
     c.urgent = !(rq.flags & fabric::kAckLater);
     if (c.urgent) qp_.urgent_seqs.push_back(c.call->seq);
