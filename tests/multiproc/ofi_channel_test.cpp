@@ -119,14 +119,21 @@ TEST(OfiChannel, MalformedAddressesAreRejectedNamingThePeer) {
 
 // tcp;ofi_rxm sends a whole max_message() eagerly only with bounce buffers
 // that large: the channel sets FI_OFI_RXM_BUFFER_SIZE when the user did not.
-TEST(OfiChannel, SetsRxmEagerSizeUnlessTheUserDid) {
+// rxm's eager size (a whole channel message eagerly) and its receive path
+// (no shared receive context: see kRxmUseSrx), each unless the user chose.
+TEST(OfiChannel, SetsRxmEagerSizeAndReceivePathUnlessTheUserDid) {
   const char* before = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
   const std::string user = before ? before : "";
+  const char* srx_before = std::getenv("FI_OFI_RXM_USE_SRX");
+  const std::string srx_user = srx_before ? srx_before : "";
   OPEN_OR_SKIP(a, "rank 0", 1);
   const char* after = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
   ASSERT_NE(after, nullptr);
   EXPECT_EQ(std::string(after), before ? user : std::string(ofi::kRxmBufferSize));
   EXPECT_GE(std::stoul(ofi::kRxmBufferSize), ofi::kMaxMessage + ofi::kHeaderBytes);
+  const char* srx_after = std::getenv("FI_OFI_RXM_USE_SRX");
+  ASSERT_NE(srx_after, nullptr);
+  EXPECT_EQ(std::string(srx_after), srx_before ? srx_user : std::string(ofi::kRxmUseSrx));
 }
 
 TEST(OfiChannel, SendRejectsBadArgumentsAtTheEdge) {

@@ -187,6 +187,7 @@ fi_info* OfiChannel::pick_info() {
   static std::once_flag once;
   std::call_once(once, [this] {
     setenv("FI_OFI_RXM_BUFFER_SIZE", kRxmBufferSize, 0);  // see kRxmBufferSize; the user's value wins
+    setenv("FI_OFI_RXM_USE_SRX", kRxmUseSrx, 0);          // see kRxmUseSrx; the user's value wins
     // Tried in order; the first a provider grants wins: FI_SOURCE lets the
     // receiver verify the sender's address, FI_ORDER_SAS keeps messages in order.
     struct Want {

@@ -69,6 +69,15 @@ constexpr size_t kMaxSendsInFlight = 256;    // or the provider's tx size if low
 // whole message of kMaxMessage goes eagerly; rxm then keeps ~8 MiB of bounce
 // buffers per connected peer instead of ~2.
 constexpr const char* kRxmBufferSize = "66560";  // 65 KiB: kMaxMessage + kHeaderBytes + rxm's header, rounded up
+// tcp;ofi_rxm (libfabric 1.17) otherwise posts its receive bounce buffers on
+// a shared receive context: thousands of FI_OFI_RXM_BUFFER_SIZE buffers,
+// allocated and touched 1024 at a time (68 MiB a chunk at kRxmBufferSize),
+// when the endpoint opens. Measured on the 2-vCPU VM, two channels and a
+// message between them: 616 MB peak RSS and 3.2 s with it, 211 MB and 1.5 s
+// without (then each connection posts FI_OFI_RXM_MSG_RX_SIZE, 128, of its
+// own: ~8 MiB per connected peer). Unless the user set FI_OFI_RXM_USE_SRX,
+// the channel sets it to this, before libfabric starts.
+constexpr const char* kRxmUseSrx = "0";
 constexpr uint8_t kFlagProbe = 1;            // header byte 6: a liveness probe, never delivered
 // Peers sent to within kProbeWindow get a probe every kProbeInterval (see
 // "Dead peers" above).
