@@ -75,8 +75,9 @@ constexpr const char* kRxmBufferSize = "66560";  // 65 KiB: kMaxMessage + kHeade
 // when the endpoint opens. Measured on the 2-vCPU VM, two channels and a
 // message between them: 616 MB peak RSS and 3.2 s with it, 211 MB and 1.5 s
 // without (then each connection posts FI_OFI_RXM_MSG_RX_SIZE, 128, of its
-// own: ~8 MiB per connected peer). Unless the user set FI_OFI_RXM_USE_SRX,
-// the channel sets it to this, before libfabric starts.
+// own, and one chunk is allocated at the endpoint's first connection, not
+// four at its open). Unless the user set FI_OFI_RXM_USE_SRX, the channel
+// sets it to this, before libfabric starts.
 constexpr const char* kRxmUseSrx = "0";
 constexpr uint8_t kFlagProbe = 1;            // header byte 6: a liveness probe, never delivered
 // Peers sent to within kProbeWindow get a probe every kProbeInterval (see
