@@ -281,6 +281,33 @@ TEST(FabricSendBatch, AFailedSendLosesEveryQueuedCall) {
   EXPECT_TRUE(r.link->sends().empty());
 }
 
+// A batch with payloads in place whose send fails: every Call is lost, and
+// nothing stays counted as queued in place (a deregistration would flush
+// every peer for nothing), nor after a peer is destroyed with some queued.
+TEST(FabricSendBatch, InPlacePayloadsOfAFailedSendAreNotLeftCounted) {
+  using P = RemotePeer::Payload;
+  {
+    Rig r;
+    r.link->kernel_reads_ = true;
+    auto a = r.write(RemotePeer::kGatherBytes, P::UntilSent), b = r.write(64);
+    EXPECT_TRUE(RemotePeer::any_in_place());
+    r.link->fail_sends();
+    r.peer->flush();
+    for (const auto& c : {a, b}) {
+      ASSERT_TRUE(c->done.load());
+      EXPECT_TRUE(c->lost) << c->seq;
+    }
+    EXPECT_FALSE(RemotePeer::any_in_place());
+  }
+  {
+    Rig r;
+    r.link->kernel_reads_ = true;
+    r.write(RemotePeer::kGatherBytes, P::UntilSent);
+    EXPECT_TRUE(RemotePeer::any_in_place());
+  }
+  EXPECT_FALSE(RemotePeer::any_in_place()) << "a destroyed peer's queue stayed counted";
+}
+
 // Recycled Calls: READ answers' frame buffers go back to the receiver, at
 // most kMaxSpareFrames of them; the Calls are reused without their frames
 // (4096 spare Calls holding a 1 MiB answer each would be 4 GiB).
