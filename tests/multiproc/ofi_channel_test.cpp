@@ -41,9 +41,12 @@ std::unique_ptr<Channel> open_or_skip(const std::string& name, uint64_t node, st
 template <class F>
 bool progress_until(std::initializer_list<std::pair<Channel*, Recorder*>> chs, F&& done) {
   const auto end = Clock::now() + 60s;
+  kinet::test::IdleBackoff idle;
   while (!done()) {
     if (Clock::now() > end) return false;
-    for (auto& [c, r] : chs) c->progress(*r);
+    size_t events = 0;
+    for (auto& [c, r] : chs) events += c->progress(*r);
+    idle(events > 0);
   }
   return true;
 }

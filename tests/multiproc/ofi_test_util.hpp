@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "transports/channel.hpp"
+#include "../common/idle_backoff.hpp"
 
 extern char** environ;
 

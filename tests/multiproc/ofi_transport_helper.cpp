@@ -8,7 +8,6 @@
 //              connects and runs the scenario: prints "OK" or "FAIL <what>".
 // A transport that can't open prints "SKIP <why>" (exit 77); errors "ERROR <what>" (exit 3).
 #include <poll.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -56,10 +55,10 @@ std::string expect_line(Transport& t, const std::string& tag) {
   std::string l;
   Completion c[8];
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  kinet::test::IdleBackoff idle;
   while (!in_line(&l)) {
     if (in_eof || std::chrono::steady_clock::now() > end) finish(3, "ERROR no " + tag + " line");
-    t.poll(c, 0);
-    sched_yield();
+    idle(t.poll(c, 0) > 0);
   }
   if (l.rfind(tag + " ", 0) != 0) finish(3, "ERROR expected " + tag + ", got " + l.substr(0, 40));
   return l.substr(tag.size() + 1);
@@ -92,8 +91,9 @@ int main(int argc, char** argv) {
       t->connect(from_hex(expect_line(*t, "PEER")), "requester");
       Completion c[64];
       std::string l;
+      kinet::test::IdleBackoff idle;  // serves until stdin closes, seconds idle in the fault cases
       while (!in_eof) {
-        if (t->poll(c, 64) == 0) sched_yield();
+        idle(t->poll(c, 64) > 0);
         in_line(&l);
       }
       std::string g = "ok", o = "ok";

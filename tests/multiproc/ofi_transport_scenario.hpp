@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kinet/transport.hpp"
+#include "../common/idle_backoff.hpp"
 
 namespace kinet::test::ofi {
 
@@ -35,10 +36,12 @@ struct Scenario {
     Status s;
     while ((s = post()) == Status::NoSpace && std::chrono::steady_clock::now() < end) t.poll(c, 0);
     if (s != Status::Ok) return s;
+    IdleBackoff idle;  // a killed or stopped target takes seconds to give up on
     while (std::chrono::steady_clock::now() < end) {
       const size_t n = t.poll(c, 16);
       for (size_t i = 0; i < n; ++i)
         if (c[i].cookie == cookie) return c[i].status;
+      idle(n > 0);
     }
     return Status::Pending;
   }

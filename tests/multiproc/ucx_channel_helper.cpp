@@ -82,9 +82,10 @@ int main(int argc, char** argv) {
     Recorder r;
     const auto deadline = Clock::now() + 60s;  // generous: sanitizers on 2 loaded cores
     auto spin = [&](auto pred) {
+      kinet::test::IdleBackoff idle;
       while (!pred()) {
         if (Clock::now() > deadline) return false;
-        ch->progress(r);
+        idle(ch->progress(r) > 0);
       }
       return true;
     };
@@ -125,12 +126,13 @@ int main(int argc, char** argv) {
       const bool silent = flag(argc, argv, "--silent");
       const long long silent_ms = 2000;
       const auto lost_by = Clock::now() + (silent ? std::chrono::milliseconds(silent_ms) : 20s);
+      kinet::test::IdleBackoff backoff;  // a silent case waits 2 s
       while (r.lost.empty() && Clock::now() < lost_by) {
         if (!idle && Clock::now() - last > 2ms) {
           if (send_text(*ch, p, "PING", tok)) ++tok;
           last = Clock::now();
         }
-        ch->progress(r);
+        backoff(ch->progress(r) > 0);
       }
       if (silent) {
         // Shared memory without peer failure detection: nothing reported,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "transports/channel.hpp"
+#include "../common/idle_backoff.hpp"
 
 namespace kinet::test::ucx {
 
@@ -70,9 +71,12 @@ template <class Pred>
 bool progress_until(std::initializer_list<std::pair<transport::Channel*, Recorder*>> chs, Pred pred,
                     std::chrono::milliseconds bound) {
   const auto deadline = std::chrono::steady_clock::now() + bound;
+  IdleBackoff idle;
   while (!pred()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
-    for (auto [c, r] : chs) c->progress(*r);
+    size_t events = 0;
+    for (auto [c, r] : chs) events += c->progress(*r);
+    idle(events > 0);
   }
   return true;
 }
