@@ -46,8 +46,12 @@ class ChannelEvents {
   // every earlier message of `peer` not yet delivered is a placed one, and
   // starts a placed fetch only once no placed fetch still running overlaps
   // it: data of a later message never lands under an earlier one's.
+  // *word (when placed): an 8-byte word the message writes at its delivery
+  // (a put_signal's signal), or null. A later placed body of `peer` that
+  // overlaps it is fetched only once that message was delivered (or into a
+  // buffer), so the later data is not overwritten by the earlier signal.
   virtual uint8_t* place_body(uint32_t peer, const uint8_t* head, size_t hlen, size_t blen,
-                              std::shared_ptr<std::atomic<uint32_t>>* pin);
+                              std::shared_ptr<std::atomic<uint32_t>>* pin, uint8_t** word);
   // send(..., token) finished: the buffers may be reused. ok == false: the
   // message was not delivered (the peer is then lost, on_peer_lost follows).
   virtual void on_sent(uint64_t token, bool ok) = 0;
@@ -57,7 +61,7 @@ class ChannelEvents {
 };
 
 inline uint8_t* ChannelEvents::place_body(uint32_t, const uint8_t*, size_t, size_t,
-                                          std::shared_ptr<std::atomic<uint32_t>>*) {
+                                          std::shared_ptr<std::atomic<uint32_t>>*, uint8_t**) {
   return nullptr;
 }
 

@@ -150,7 +150,7 @@ class MsgTransport final : public Transport, private ChannelEvents {
   void on_message(uint32_t peer, const uint8_t* data, size_t bytes) override;
   void on_message_parts(uint32_t peer, const uint8_t* head, size_t hlen, const uint8_t* body, size_t blen) override;
   uint8_t* place_body(uint32_t peer, const uint8_t* head, size_t hlen, size_t blen,
-                      std::shared_ptr<std::atomic<uint32_t>>* pin) override;
+                      std::shared_ptr<std::atomic<uint32_t>>* pin, uint8_t** word) override;
   void on_stranger(std::string_view who, const uint8_t* data, size_t bytes) override;
   void on_sent(uint64_t token, bool ok) override;
   void on_peer_lost(uint32_t peer, const std::string& why) override;

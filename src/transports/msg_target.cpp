@@ -325,7 +325,8 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
 }
 
 uint8_t* MsgTransport::place_body(uint32_t peer, const uint8_t* head, size_t hlen, size_t blen,
-                                  std::shared_ptr<std::atomic<uint32_t>>* pin) {
+                                  std::shared_ptr<std::atomic<uint32_t>>* pin, uint8_t** word) {
+  *word = nullptr;
   Peer* p = peer_at(peer);
   wire::Request r;
   // The same checks as at delivery, for host memory only (a GPU target is
@@ -346,6 +347,7 @@ uint8_t* MsgTransport::place_body(uint32_t peer, const uint8_t* head, size_t hle
     return nullptr;
   d->pins->fetch_add(1, std::memory_order_relaxed);
   *pin = d->pins;
+  if (s) *word = s->base + (r.sig_raddr - reinterpret_cast<uint64_t>(s->base));
   ++placed_;
   return d->base + (r.raddr - reinterpret_cast<uint64_t>(d->base));
 }

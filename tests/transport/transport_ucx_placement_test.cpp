@@ -9,6 +9,9 @@
 // untouched, the answer the check's); a region deregistered while a body is
 // still arriving waits for it, on the polling thread too (the put is then
 // answered RemoteAccess), and gives a stalled sender up after the timeout.
+// With three transports: a later placed body never lands under an earlier
+// put_signal's word, no placed body starts after a deregistration's give-up,
+// and a stalled sender holds back only what overlaps its bodies.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -266,6 +269,151 @@ TEST_P(UcxPlacement, AStalledSenderIsGivenUpOnByADeregistrationAfterTheTimeout) 
   EXPECT_EQ(p.b->peer_error(p.ba).find("peer lost: a deregistration waited for its data past the transport timeout"),
             0u)
       << p.b->peer_error(p.ba);
+}
+
+// Three transports over tcp: target b, senders a and c, each connection
+// wired up by one small put. Over tcp a sender's data moves only while it
+// polls, so a sender that is not polled is a stalled one.
+class UcxPlacementThree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_RNDV_THRESH", std::to_string(kRndv).c_str(), 1);
+  }
+  void TearDown() override {
+    a.reset(), b.reset(), c.reset();
+    unsetenv("UCX_TLS");
+    unsetenv("UCX_RNDV_THRESH");
+  }
+  // b's operations time out after `b_timeout` (a deregistration gives its
+  // stalled senders up after it).
+  void open(std::chrono::milliseconds b_timeout) {
+    try {
+      a = ucx_transport("rank A"), b = ucx_transport("rank B", b_timeout), c = ucx_transport("rank C");
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::NotSupported) GTEST_SKIP() << "UCX can't start here: " << e.what();
+      throw;
+    }
+    ab = a->connect(b->address(), "rank B");
+    cb = c->connect(b->address(), "rank B");
+    b->connect(a->address(), "rank A");
+    b->connect(c->address(), "rank C");
+    Guarded w(*b, 64, kRemoteWrite);
+    uint64_t v = 1;
+    for (auto [s, p] : {std::pair{a.get(), ab}, std::pair{c.get(), cb}}) {
+      ASSERT_EQ(s->put(p, &v, 8, s->import_key(p, w.region->remote_key()), w.base(), 99), Status::Ok);
+      std::vector<Completion> cs;
+      ASSERT_EQ(wait_completions(*s, 1, cs, {b.get()}), 1u);
+    }
+  }
+  // Only `s` polls for 10 ms: the heads of its rendezvous messages leave.
+  static void send_heads(MsgTransport& s) {
+    Completion cs[4];
+    for (int i = 0; i < 200; ++i) {
+      s.poll(cs, 0);
+      std::this_thread::sleep_for(50us);
+    }
+  }
+  // Polls b alone until it has placed `n` bodies (10 s at most).
+  bool b_placed(uint64_t n) {
+    Completion cs[8];
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (b->placed() < n && std::chrono::steady_clock::now() < end) b->poll(cs, 0);
+    return b->placed() == n;
+  }
+  std::unique_ptr<MsgTransport> a, b, c;
+  PeerId ab = 0, cb = 0;
+};
+
+// a put_signal M1 whose word lies in the range of the put M2 that follows it:
+// M2's placed body must not land before M1 is delivered (its signal then
+// overwrote M2's bytes). Here M2's fetch completes while b is driven by a
+// deregistration (of another region, pinned by c's stalled put), which
+// finishes fetches without delivering anything.
+TEST_F(UcxPlacementThree, ALaterPlacedBodyDoesNotLandUnderAnEarlierSignalWord) {
+  open(500ms);
+  if (IsSkipped() || HasFatalFailure()) return;
+  constexpr size_t kQ = 1 << 20, kR = 64 << 10;
+  auto q = std::make_unique<Guarded>(*b, kQ, kRemoteWrite);
+  Guarded r(*b, 2 * kR, kRemoteWrite | kRemoteAtomic);
+  const uint32_t qk = c->import_key(cb, q->region->remote_key()), rk = a->import_key(ab, r.region->remote_key());
+  const auto big = pattern(kQ, 9), d1 = pattern(kR, 1), d2 = pattern(kR, 2);
+  ASSERT_EQ(c->put(cb, big.data(), kQ, qk, q->base(), 1), Status::Ok);
+  send_heads(*c);  // then c stalls
+  ASSERT_TRUE(b_placed(1));
+  const uint64_t word_off = kR + 64;
+  ASSERT_EQ(a->put_signal(ab, d1.data(), kR, rk, r.base(), rk, r.base() + word_off, SignalOp::Set, 77, 1),
+            Status::Ok);
+  ASSERT_EQ(a->put(ab, d2.data(), kR, rk, r.base() + kR, 2), Status::Ok);
+  send_heads(*a);
+  ASSERT_TRUE(b_placed(3));
+  {
+    std::atomic<bool> stop{false};
+    std::thread sender([&] {
+      Completion x[4];
+      while (!stop.load()) a->poll(x, 0);
+    });
+    q->region.reset();  // waits for c's pin (given up after 500 ms), driving b's channel
+    stop = true;
+    sender.join();
+  }
+  std::vector<Completion> cs;
+  ASSERT_EQ(wait_completions(*a, 2, cs, {b.get()}), 2u);
+  for (const Completion& x : cs) EXPECT_EQ(x.status, Status::Ok) << "cookie " << x.cookie;
+  EXPECT_EQ(std::memcmp(r.mem() + kR, d2.data(), kR), 0) << "the earlier put_signal's word landed over the later put";
+  EXPECT_TRUE(r.guards_intact());
+}
+
+// a's placed 1 MiB put is arriving when a stalls; c's placed put over the
+// same bytes waits for it. The deregistration gives a up after b's timeout;
+// c's body must not start into the region afterwards (it takes a buffer):
+// the deregistration returns soon after the timeout, and nothing lands later.
+TEST_F(UcxPlacementThree, NoPlacedBodyStartsAfterTheGiveUp) {
+  open(500ms);
+  if (IsSkipped() || HasFatalFailure()) return;
+  constexpr size_t kQ = 1 << 20;
+  auto q = std::make_unique<Guarded>(*b, kQ, kRemoteWrite);
+  const uint32_t qa = a->import_key(ab, q->region->remote_key()), qc = c->import_key(cb, q->region->remote_key());
+  const auto pa = pattern(kQ, 1), pc = pattern(kQ, 2);
+  ASSERT_EQ(a->put(ab, pa.data(), kQ, qa, q->base(), 1), Status::Ok);
+  send_heads(*a);  // then a stalls
+  ASSERT_TRUE(b_placed(1));
+  ASSERT_EQ(c->put(cb, pc.data(), kQ, qc, q->base(), 2), Status::Ok);
+  send_heads(*c);
+  ASSERT_TRUE(b_placed(2));
+  const auto t0 = std::chrono::steady_clock::now();
+  q->region.reset();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 5s) << "the deregistration waited for a body that started after its give-up";
+  const std::vector<uint8_t> after(q->mem(), q->mem() + kQ);
+  Completion cs[8];
+  for (int i = 0; i < 2000; ++i) {
+    c->poll(cs, 0);
+    b->poll(cs, 0);
+    if (i % 100 == 0) std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(std::memcmp(q->mem(), after.data(), kQ), 0) << "bytes landed after the deregistration returned";
+  EXPECT_TRUE(q->guards_intact());
+}
+
+// A placed body that waits for an overlapping fetch of a stalled sender holds
+// back only what overlaps it: another sender's put elsewhere completes.
+TEST_F(UcxPlacementThree, AStalledSenderHoldsBackOnlyWhatOverlapsIt) {
+  open(2s);
+  if (IsSkipped() || HasFatalFailure()) return;
+  constexpr size_t kQ = 1 << 20, kS = 64 << 10;
+  Guarded q(*b, kQ, kRemoteWrite), s(*b, kS, kRemoteWrite);
+  const uint32_t qa = a->import_key(ab, q.region->remote_key()), sc = c->import_key(cb, s.region->remote_key());
+  const auto pa = pattern(kQ, 1), pc = pattern(kS, 2);
+  ASSERT_EQ(a->put(ab, pa.data(), kQ, qa, q.base(), 1), Status::Ok);
+  ASSERT_EQ(a->put(ab, pa.data(), kQ, qa, q.base(), 2), Status::Ok);
+  send_heads(*a);  // then a stalls: its second body waits for its first
+  ASSERT_TRUE(b_placed(2));
+  ASSERT_EQ(c->put(cb, pc.data(), kS, sc, s.base(), 3), Status::Ok);
+  std::vector<Completion> cs;
+  ASSERT_EQ(wait_completions(*c, 1, cs, {b.get()}, 5s), 1u) << "c's put waited behind a's stalled one";
+  EXPECT_EQ(cs[0].status, Status::Ok);
+  EXPECT_EQ(std::memcmp(s.mem(), pc.data(), kS), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcxPlacement, ::testing::Values("sm,self", "tcp"),

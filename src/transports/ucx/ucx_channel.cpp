@@ -98,6 +98,7 @@ class UcxChannel final : public Channel {
     // `placed`, pinned by `pin` until the fetch ends.
     bool asked = false;
     uint8_t* placed = nullptr;
+    uint8_t* word = nullptr;  // written at delivery (place_body's *word): later placed data waits for it
     std::shared_ptr<std::atomic<uint32_t>> pin;
   };
   struct Peer {
@@ -154,8 +155,16 @@ class UcxChannel final : public Channel {
                     bool persistent);
   void lose(Peer& p, const std::string& why);
   // Starts queued rendezvous fetches in arrival order, at most kPoolMax at
-  // once; `ev` (null: drive_placed) is asked where eligible bodies go.
+  // once; `ev` (null: drive_placed) is asked where eligible bodies go. A
+  // placed body that must wait (start_fetches) stays queued and the ones
+  // behind it go on: one stalled sender holds back only what overlaps it.
   void start_fetches(ChannelEvents* ev);
+  // Whether placed body `in` may not start now: it overlaps a running placed
+  // fetch, a placed body queued before it that waits (`waiting`), or the word
+  // an earlier undelivered message of its sender writes at its delivery.
+  bool must_wait(const Inbound& in, const std::vector<const Inbound*>& waiting) const;
+  // A placed body not started yet takes a buffer instead (its pin dropped).
+  static void unplace(Inbound& in);
   // Whether every message of in.owner before `in` has arrived and is placed.
   bool earlier_all_placed(const Inbound& in) const;
   static void unpin(Inbound& in);  // the fetch into in.placed is over
@@ -596,6 +605,7 @@ void UcxChannel::recycle(std::unique_ptr<Inbound> in) {
   in->held = 0;
   in->asked = false;
   in->placed = nullptr;
+  in->word = nullptr;
   in->pin.reset();
   spare_in_.push_back(std::move(in));
 }
@@ -629,29 +639,46 @@ bool UcxChannel::earlier_all_placed(const Inbound& in) const {
   return n == in.seq - p.recv_seq;  // none missing (not arrived yet)
 }
 
+void UcxChannel::unplace(Inbound& in) {
+  unpin(in);
+  in.placed = nullptr;  // in.word stays: the message still writes it at its delivery
+}
+
+bool UcxChannel::must_wait(const Inbound& in, const std::vector<const Inbound*>& waiting) const {
+  const uint8_t* a = in.placed;
+  auto overlaps = [&](const uint8_t* b, size_t n) { return b && a < b + n && b < a + in.len; };
+  if (std::any_of(placing_.begin(), placing_.end(), [&](const Inbound* o) { return overlaps(o->placed, o->len); }))
+    return true;
+  if (std::any_of(waiting.begin(), waiting.end(), [&](const Inbound* o) { return overlaps(o->placed, o->len); }))
+    return true;
+  for (const auto& [seq, m] : in.owner->pending) {  // undelivered, in order
+    if (seq >= in.seq) break;
+    if (overlaps(m->word, 8)) return true;
+  }
+  return false;
+}
+
 void UcxChannel::start_fetches(ChannelEvents* ev) {
-  while (!to_fetch_.empty() && fetching_ < kPoolMax) {
-    auto [in, desc] = to_fetch_.front();
+  std::vector<const Inbound*> waiting;  // placed bodies left queued in this pass
+  for (auto it = to_fetch_.begin(); it != to_fetch_.end() && fetching_ < kPoolMax;) {
+    auto [in, desc] = *it;
     if (in->owner && !in->owner->lost && ev && !in->asked && earlier_all_placed(*in)) {
       in->asked = true;
-      in->placed = ev->place_body(in->owner->index, in->head, in->head_len, in->len, &in->pin);
+      in->placed = ev->place_body(in->owner->index, in->head, in->head_len, in->len, &in->pin, &in->word);
     }
-    if (in->placed && !in->owner->lost) {
-      // Later data must not land under earlier data. A running placed fetch
-      // overlaps: a body of at least the peer's wait_to_place waits for it
-      // (in order: the whole queue), a smaller one is fetched into a buffer
-      // now and copied at its turn.
-      const uint8_t* a = in->placed;
-      const bool overlaps = std::any_of(placing_.begin(), placing_.end(), [&](const Inbound* o) {
-        return a < o->placed + o->len && o->placed < a + in->len;
-      });
-      if (overlaps && in->len >= in->owner->wait_to_place) return;
-      if (overlaps) {
-        unpin(*in);
-        in->placed = nullptr;
+    if (in->placed && !in->owner->lost && must_wait(*in, waiting)) {
+      // Later data must not land under earlier data (or an earlier
+      // message's signal word over later data). A body of at least the
+      // peer's wait_to_place waits, queued; a smaller one is fetched into a
+      // buffer now and copied at its turn.
+      if (in->len >= in->owner->wait_to_place) {
+        waiting.push_back(in);
+        ++it;
+        continue;
       }
+      unplace(*in);
     }
-    to_fetch_.pop_front();
+    it = to_fetch_.erase(it);
     if (in->owner && (in->owner->lost || (!in->placed && !within_cap(*in->owner, in->len + in->head_len, in->seq)))) {
       in->ready = in->failed = true;  // not fetched: UCX drops the data with the worker
       unpin(*in);
@@ -692,6 +719,10 @@ void UcxChannel::drive_placed(bool give_up) {
       if (in->owner)
         lose(*in->owner, "a deregistration waited for its data past the transport timeout: rendezvous data from " +
                              in->owner->name + " stalled");
+    // Placed bodies still queued would start once the running ones end, into
+    // memory whose deregistration may have returned by then: buffers instead.
+    for (auto& [in, desc] : to_fetch_)
+      if (in->placed) unplace(*in);
     close_lost_eps();
   }
   f_.worker_progress(worker_);
@@ -701,7 +732,7 @@ void UcxChannel::drive_placed(bool give_up) {
 void UcxChannel::close_lost_eps() {
   lost_pending_ = false;
   for (auto& p : peers_) {
-    if (p->lost && p->held) drop_held(*p);
+    if (p->lost && !p->pending.empty()) drop_held(*p);  // placed records hold no bytes but are records
     if (!p->lost || !p->ep) continue;
     ucp_request_param_t cp{};
     cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -19,8 +19,10 @@
 // rendezvous data is fetched with ucp_am_recv_data_nbx straight into the
 // target region when the engine places it (ChannelEvents::place_body: a
 // put that passes the target's check, every earlier undelivered message of
-// its sender placed too, started once no running placed fetch overlaps it),
-// else into a pooled buffer first.
+// its sender placed too, started once nothing earlier that it overlaps is
+// still to land: a running placed fetch, a placed body queued before it, or
+// the signal word of an earlier undelivered put_signal), else into a pooled
+// buffer first. A body that waits holds back only the ones that overlap it.
 //
 // Environment: every UCX_* variable passes through to UCX. The ones that
 // matter: UCX_TLS (transports, e.g. "tcp", "shm", "rc,sm"; default all),
