@@ -125,6 +125,16 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq, Payload life) {
     c = std::make_shared<Call>();
   }
   std::lock_guard<std::mutex> s(send_mu_);
+  // A large WRITE's payload goes from where the engine read it: one copy
+  // fewer per byte than joining it to the header; it leaves with the
+  // Requests queued before it (the engine reuses the payload's buffer).
+  const bool gather = rq.kind == fabric::OpKind::Write && rq.len >= kGatherBytes;
+  // One send carries at most kMaxFrame bytes (a shm link's limit): what is
+  // queued leaves first, before this Call joins the queue (else it would
+  // count as sent while it still waits in place).
+  if (gather && !buf_.empty() &&
+      buf_.size() + in_place_bytes_ + fabric::kHeaderBytes + fabric::kRequestFixed + rq.len > fabric::kMaxFrame)
+    send_locked(nullptr, 0);
   if (lost_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(mu_);
     c->seq = 0;  // never sent: "left" for sent_through()
@@ -136,14 +146,7 @@ std::shared_ptr<Call> RemotePeer::start(fabric::Request rq, Payload life) {
   c->later = rq.flags & fabric::kAckLater;
   queued_.push_back(c);
   has_queued_.store(true, std::memory_order_release);
-  // A large WRITE's payload goes from where the engine read it: one copy
-  // fewer per byte than joining it to the header; it leaves now, with the
-  // Requests queued before it (the engine reuses the payload's buffer).
-  if (rq.kind == fabric::OpKind::Write && rq.len >= kGatherBytes) {
-    // One send carries at most kMaxFrame bytes (a shm link's limit).
-    if (!buf_.empty() &&
-        buf_.size() + in_place_bytes_ + fabric::kHeaderBytes + fabric::kRequestFixed + rq.len > fabric::kMaxFrame)
-      send_locked(nullptr, 0);
+  if (gather) {
     fabric::encode_head(rq, buf_);
     if (life == Payload::UntilSent && link_->kernel_reads_body()) {
       // It waits for the batch: several payloads leave in one send(2).

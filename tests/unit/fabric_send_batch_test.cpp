@@ -263,6 +263,41 @@ TEST(FabricSendBatch, AFullQueueLeavesAndNoSendExceedsAFrame) {
   for (const auto& b : s) EXPECT_LE(b.size(), fab::kMaxFrame);
 }
 
+// A queue that a large in-place WRITE would push past kMaxFrame leaves
+// first; the WRITE itself then waits in place and must not count as sent
+// (the engine corks on has_queued(), a peer timeout runs from the send).
+TEST(FabricSendBatch, AWriteWaitingInPlaceAfterAnEarlyFlushIsNotSent) {
+  using P = RemotePeer::Payload;
+  Rig r;
+  r.link->kernel_reads_ = true;
+  const size_t head = fab::kHeaderBytes + fab::kRequestFixed;
+  const size_t in_place = (RemotePeer::kGatherBatchBytes - 1) / (RemotePeer::kGatherBytes + head);
+  for (size_t i = 0; i < in_place; ++i) r.write(RemotePeer::kGatherBytes, P::UntilSent);
+  const uint64_t small = 4000;  // copied: the queue stays under kSendBatchBytes
+  const size_t copied = (RemotePeer::kSendBatchBytes - in_place * head - 1) / (small + head);
+  for (size_t i = 0; i < copied; ++i) r.write(small);
+  ASSERT_TRUE(r.link->sends().empty());
+  const size_t queued = in_place * (RemotePeer::kGatherBytes + head) + copied * (small + head);
+  // Under kGatherBatchBytes alone, over kMaxFrame with the queue.
+  const uint64_t len = RemotePeer::kGatherBatchBytes - 2 * head;
+  ASSERT_GT(queued + head + len, fab::kMaxFrame);
+  std::vector<uint8_t> big(len, 0x5c);
+  auto c = r.write(len, P::UntilSent, big.data());
+  const auto s = r.link->sends();
+  ASSERT_EQ(s.size(), 1u) << "the queue before the WRITE did not leave on its own";
+  EXPECT_EQ(frames(s[0]).size(), in_place + copied);
+  EXPECT_TRUE(r.peer->has_queued()) << "the WRITE waits in place";
+  EXPECT_LT(r.peer->sent_through(), c->seq) << "the WRITE counts as sent before it left";
+  r.peer->flush();
+  const auto t = r.link->sends();
+  ASSERT_EQ(t.size(), 2u);
+  const auto f = frames(t[1]);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].seq, c->seq);
+  EXPECT_EQ(r.peer->sent_through(), c->seq);
+  EXPECT_FALSE(r.peer->has_queued());
+}
+
 TEST(FabricSendBatch, AFailedSendLosesEveryQueuedCall) {
   Rig r;
   auto a = r.write(64), b = r.write(64);
