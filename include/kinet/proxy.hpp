@@ -52,7 +52,8 @@ struct ProxyConfig {
   std::chrono::microseconds max_sleep{50};        // longest idle sleep of a proxy thread (0: never sleep)
   std::string cpus;                               // "3,5": pin thread i to cpus[i]; empty: $KINET_PROXY_CPUS
   // How long teardown waits for operations in flight (0: the transport
-  // timeout, $KINET_TRANSPORT_TIMEOUT_MS, else KINET_TIMEOUT_MS).
+  // timeout, $KINET_TRANSPORT_TIMEOUT_MS, else KINET_TIMEOUT_MS; more than
+  // a day, milliseconds::max() included: a day).
   std::chrono::milliseconds drain_timeout{0};
 };
 
@@ -140,7 +141,8 @@ class Proxy {
   // A new channel to `peer` of transport cfg.transport. Throws
   // InvalidArgument (slots not a power of two in range, no such transport),
   // NotSupported (Posters::Gpu without CUDA), ResourceExhausted (at most
-  // kMaxChannels per proxy).
+  // kMaxChannels per proxy), InvalidArgument after stop() (no thread would
+  // serve it).
   ProxyChannel& channel(PeerId peer, const ProxyChannelConfig& cfg = {});
   // Registers memory with transport `transport` (Transport::register_memory's
   // rules and errors) and gives it an lkey (never reused; 0 is never one).
@@ -170,6 +172,7 @@ class Proxy {
   std::unordered_map<uint32_t, RegionEntry> regions_;
   uint32_t next_region_ = 1;  // lkey ids are never reused (0 is never valid)
   std::mutex channels_mu_;
+  bool stopped_ = false;  // under channels_mu_: stop() began, channel() refuses
   std::vector<std::unique_ptr<ProxyChannel>> channels_;
   std::vector<std::unique_ptr<proxy_detail::Thread>> threads_;
 };

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -111,6 +112,9 @@ ProxyChannel& Proxy::channel(PeerId peer, const ProxyChannelConfig& cfg) {
                                              ": Posters::Gpu needs a CUDA GPU, and none is available");
   if (cfg.posters == Posters::Gpu) cuda::warn_if_lazy_loading("proxy");  // kernels will wait on this thread
   std::lock_guard<std::mutex> g(channels_mu_);
+  if (stopped_)
+    throw Error(ErrorCode::InvalidArgument, "proxy: channel to peer " + std::to_string(peer) +
+                                                ": the proxy was stopped (no thread would serve it)");
   if (channels_.size() >= kMaxChannels)
     throw Error(ErrorCode::ResourceExhausted,
                 "proxy: channel to peer " + std::to_string(peer) + ": the proxy already has " +
@@ -161,6 +165,8 @@ Proxy::Proxy(const std::vector<Transport*>& transports, const ProxyConfig& cfg) 
   if (!cfg_.cpus.empty()) cpus = parse_cpus(cfg_.cpus, "ProxyConfig::cpus");
   else if (const char* e = std::getenv("KINET_PROXY_CPUS"); e && *e) cpus = parse_cpus(e, "KINET_PROXY_CPUS");
   if (cfg_.drain_timeout.count() <= 0) cfg_.drain_timeout = std::chrono::milliseconds(default_timeout_ms());
+  // now() + milliseconds::max() would overflow to a deadline in the past.
+  cfg_.drain_timeout = std::min(cfg_.drain_timeout, std::chrono::milliseconds(env::kMaxTimeoutMs));
   for (size_t i = 0; i < transports_.size(); ++i)
     threads_.push_back(std::make_unique<Thread>(this, transports_[i], cfg_, static_cast<uint32_t>(i)));
   for (size_t i = 0; i < threads_.size(); ++i) {
@@ -184,6 +190,10 @@ Proxy::Proxy(const std::vector<Transport*>& transports, const ProxyConfig& cfg) 
 }
 
 void Proxy::stop() {
+  {
+    std::lock_guard<std::mutex> g(channels_mu_);
+    stopped_ = true;
+  }
   for (auto& th : threads_) th->request_stop();
   for (auto& th : threads_) th->stop_and_join();
 }

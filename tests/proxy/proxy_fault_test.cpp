@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "core/cuda_shim.hpp"
 #include "proxy_rig.hpp"
@@ -233,6 +234,43 @@ TEST(ProxyFault, StopWithOperationsInFlightIsBoundedAndFlushes) {
   ASSERT_EQ(dev::put<X>(h, r.local.p(), r.lkey(), r.remote.a(), r.rkey, 8, 0, &late), Status::Ok);
   EXPECT_EQ(dev::wait<X>(h, late), Status::WrFlushed);
   r.proxy->stop();  // idempotent
+}
+
+// A channel asked for after stop() would be served by no thread (its posters
+// would wait out their timeout): refused, naming why.
+TEST(ProxyFault, ChannelAfterStopIsRefused) {
+  ProxyRig r;
+  r.proxy->stop();
+  try {
+    r.channel();
+    FAIL() << "a channel was made after stop()";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("the proxy was stopped"), std::string::npos) << e.what();
+  }
+}
+
+// drain_timeout = milliseconds::max() ("as long as it takes") still waits:
+// now() + max overflowed to a deadline in the past (no wait at all).
+TEST(ProxyFault, HugeDrainTimeoutStillDrains) {
+  ProxyConfig pc = rig_proxy_config();
+  pc.drain_timeout = std::chrono::milliseconds::max();
+  ProxyRig r(1 << 16, 1 << 16, 4096, pc);
+  const dev::ProxyHandle h = r.channel().handle();
+  r.t.set_mode(FakeTransport::Mode::BlackHole);
+  Ticket t;
+  ASSERT_EQ(dev::put<X>(h, r.local.p(), r.lkey(), r.remote.a(), r.rkey, 8, 0, &t), Status::Ok);
+  ASSERT_TRUE(eventually([&] { return r.t.log().size() == 1; }));
+  std::thread peer([&] {  // the peer answers 200 ms into the teardown
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    r.t.set_mode(FakeTransport::Mode::Normal);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  r.proxy->stop();
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  peer.join();
+  EXPECT_GE(waited, std::chrono::milliseconds(150));
+  EXPECT_EQ(dev::test<X>(h, t), Status::Ok) << "teardown did not wait for the operation in flight";
 }
 
 // Teardown drains what the transport completes in time.
