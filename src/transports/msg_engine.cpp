@@ -149,6 +149,12 @@ std::string MsgTransport::peer_error(PeerId peer) const {
   return p->error;
 }
 
+MsgTransport::Backlog MsgTransport::backlog(PeerId peer) const {
+  const Peer* p = peer_at(peer);
+  if (!p) return {};
+  return {p->q.size(), p->answer_bytes_queued, p->unacked.size()};
+}
+
 uint64_t MsgTransport::rejected(const std::string& reason) const {
   std::lock_guard lk(log_mu_);
   uint64_t n = 0;
@@ -336,7 +342,13 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
     r.seq = ++p.tx_seq;
     wire::encode_header(r, o->hdr);
     o->hdr_len = wire::kRequestBytes;
-    if (ordered_ && r.type != MsgType::Get && !is_atomic(r.type)) p.unacked.emplace_back(r.seq, r.op_id);
+    if (ordered_ && r.type != MsgType::Get && !is_atomic(r.type)) {
+      // Entries answered already (failures: the target acks only what
+      // succeeded) leave from the front, so the list stays as long as what
+      // is in flight instead of growing with every failed put.
+      while (!p.unacked.empty() && !pieces_.count(p.unacked.front().second)) p.unacked.pop_front();
+      p.unacked.emplace_back(r.seq, r.op_id);
+    }
     enqueue(p, std::move(o));
   }
   deadlines_.push_back({Clock::now() + opt_.timeout, place, op.gen});
@@ -345,7 +357,7 @@ Status MsgTransport::post(MsgType t, PeerId peer, const void* src, void* dst, ui
 }
 
 void MsgTransport::enqueue(Peer& p, std::unique_ptr<Out> o) {
-  if (o->is_answer) ++p.answers_queued;
+  if (o->is_answer) ++p.answers_queued, p.answer_bytes_queued += o->len;
   if (o->is_request) {
     // The ack is what was executed when the request is queued: every answer
     // it covers is queued ahead of it, so the requester sees failures first.
@@ -379,7 +391,7 @@ void MsgTransport::flush(Peer& p) {
       spare_sent_.push_back(in_channel_.extract(it));
       return;
     }
-    if (o->is_answer) --p.answers_queued;
+    if (o->is_answer) --p.answers_queued, p.answer_bytes_queued -= o->len;
     p.q.pop_front();
   }
 }
@@ -404,7 +416,7 @@ void MsgTransport::recycle(std::unique_ptr<Out> o) {
   o->hdr_len = 0;
   o->payload = nullptr;
   o->len = 0;
-  o->is_answer = o->is_request = false;
+  o->is_answer = o->is_request = o->is_ack = false;
   o->owned.clear();
   if (o->owned.capacity() > kSpareOwnedBytes) o->owned.shrink_to_fit();  // don't sit on a staged 1 MiB piece
   spare_outs_.push_back(std::move(o));
@@ -456,6 +468,7 @@ void MsgTransport::fail_peer(Peer& p, Status st, const std::string& why) {
     }
   p.q.clear();
   p.answers_queued = 0;
+  p.answer_bytes_queued = 0;
   p.held.clear();
   p.unacked.clear();
   p.ack_owed = false;

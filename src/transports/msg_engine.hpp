@@ -73,6 +73,9 @@ struct MsgOptions {
   size_t depth = 1024;                           // operations posted and not yet returned by poll()
   size_t max_held = 4096;                        // !ordered(): messages held per peer for reordering
   size_t max_backlog = 65536;                    // answers queued to one peer before it counts as lost
+  // Their payload bytes (a get's answer holds up to a piece): past it the
+  // peer counts as lost too (it asks for data faster than it reads it).
+  size_t max_backlog_bytes = size_t{1} << 30;
   std::shared_ptr<IpcMemory> ipc;                // non-null: provider cuda_ipc's data path (ipc_path.hpp)
 };
 
@@ -127,8 +130,17 @@ class MsgTransport final : public Transport, private ChannelEvents {
   // For tests and diagnostics: how many messages were rejected or dropped
   // with a reason starting with `reason` ("unknown key", "out of bounds",
   // "no access", "unaligned", "malformed", "stranger", "sequence",
-  // "unknown op", "wrong node", "bad ack", "malformed ack"), all peers together.
+  // "unknown op", "wrong node", "bad ack", "malformed ack", "too long"), all
+  // peers together.
   uint64_t rejected(const std::string& reason) const;
+  // For tests and diagnostics, from the polling thread: what this side keeps
+  // for `peer` (each bounded: MsgOptions and msg_engine.cpp say by what).
+  struct Backlog {
+    size_t queued = 0;        // messages waiting for the channel
+    size_t answer_bytes = 0;  // payload bytes of the answers among them
+    size_t unacked = 0;       // requests sent and kept until an ack or answer
+  };
+  Backlog backlog(PeerId peer) const;
   Channel& channel() { return *ch_; }
   size_t payload_limit() const { return piece_; }  // largest put / get piece
   const IpcPath* ipc_path() const { return ipc_.get(); }  // cuda_ipc only, else null

@@ -13,7 +13,10 @@ namespace kinet::transport {
 using wire::MsgType;
 
 void MsgTransport::on_stranger(std::string_view who, const uint8_t*, size_t bytes) {
-  reject(std::string(who), "stranger", std::to_string(bytes) + "-byte message from a sender never connected");
+  // Keyed as one sender: a stranger names itself (a port, a node id), and a
+  // counter and a log line per name would grow without bound.
+  reject("(strangers)", "stranger",
+         std::to_string(bytes) + "-byte message from " + std::string(who) + ", a sender never connected");
 }
 
 void MsgTransport::on_message(uint32_t peer, const uint8_t* data, size_t bytes) {
@@ -24,7 +27,7 @@ void MsgTransport::on_message_parts(uint32_t peer, const uint8_t* head, size_t h
                                     size_t blen) {
   if (hlen == 0) head = body, hlen = blen, body = nullptr, blen = 0;  // one part after all
   Peer* p = peer_at(peer);
-  if (!p) return reject("channel peer " + std::to_string(peer), "stranger", "not a connected peer");
+  if (!p) return reject("(strangers)", "stranger", "channel peer " + std::to_string(peer) + ", not a connected peer");
   if (p->lost) return;  // given up on: nothing it says counts any more
   MsgType t{};
   const bool typed = wire::peek_type(head, hlen, &t);
@@ -84,10 +87,17 @@ void MsgTransport::send_owed_acks() {
       ack_owed_[keep++] = id;
       continue;
     }
+    p.ack_owed = p.ack_listed = false;
+    // An Ack still waiting at the end of the queue (the peer does not read)
+    // takes the newer value: acks behind a stuck queue don't pile up.
+    if (!p.q.empty() && p.q.back()->is_ack) {
+      wire::encode(wire::Ack{node_, p.rx_next - 1}, p.q.back()->hdr);
+      continue;
+    }
     auto o = new_out();
     wire::encode(wire::Ack{node_, p.rx_next - 1}, o->hdr);
     o->hdr_len = wire::kAckBytes;
-    p.ack_owed = p.ack_listed = false;
+    o->is_ack = true;
     enqueue(p, std::move(o));
     flush(p);
   }

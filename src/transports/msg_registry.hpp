@@ -83,6 +83,7 @@ struct MsgTransport::Out {
   std::vector<uint8_t> owned;  // staged GPU data, answer data
   bool is_answer = false;
   bool is_request = false;     // carries the ack field, filled in when queued
+  bool is_ack = false;         // an Ack message: a later one updates it while it waits in Peer::q
 };
 
 struct MsgTransport::Peer {
@@ -94,6 +95,7 @@ struct MsgTransport::Peer {
   std::string error;    // under err_mu_
   std::deque<std::unique_ptr<Out>> q;
   size_t answers_queued = 0;
+  size_t answer_bytes_queued = 0;  // their payloads (MsgOptions::max_backlog_bytes)
   bool pending = false;
   std::map<uint64_t, std::vector<uint8_t>> held;  // !ordered(): early requests by sequence number
   // Requester: requests sent that an ack completes, as (seq, op id), in seq order.

@@ -197,7 +197,14 @@ void MsgTransport::handle_request(Peer& p, const uint8_t* data, size_t bytes, co
     }
     return;
   }
-  if (r.seq > p.rx_next && !ordered_ && p.held.size() < opt_.max_held && !p.held.count(r.seq)) {
+  if (r.seq > p.rx_next && !ordered_ && !p.held.count(r.seq)) {
+    // Dropping it would leave a gap no later request closes: the peer's
+    // stream could never run again.
+    if (p.held.size() >= opt_.max_held)
+      return fail_peer(p, Status::TransportRetryExceeded,
+                       "peer lost: " + p.name + "'s requests arrived reordered beyond " +
+                           std::to_string(opt_.max_held) + " held (request " + std::to_string(r.seq) +
+                           " while expecting " + std::to_string(p.rx_next) + ")");
     std::vector<uint8_t> m(data, data + bytes);
     if (blen) m.insert(m.end(), body, body + blen);
     p.held.emplace(r.seq, std::move(m));
@@ -214,6 +221,13 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
   if (by_ipc && !ipc_) {
     reject(p.name, "ipc unsupported", std::string(tn) + " by IPC reference to a transport of provider " +
                                           ch_->provider() + ", not cuda_ipc");
+    return answer(p, r, Status::RemoteInvalidRequest, 0, {});
+  }
+  // A get's answer is one message: a longer one (the engine never asks for
+  // more than a piece) could not be sent, and the answer would pin it.
+  if (r.type == MsgType::Get && !by_ipc && r.length > ch_->max_message() - wire::kAnswerBytes) {
+    reject(p.name, "too long", "get of " + std::to_string(r.length) + " bytes, more than one answer carries (" +
+                                   std::to_string(ch_->max_message() - wire::kAnswerBytes) + ")");
     return answer(p, r, Status::RemoteInvalidRequest, 0, {});
   }
   // A split put_signal whose data pieces did not all land does not signal.
@@ -256,6 +270,7 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
   };
   uint8_t* target = d.base + (r.raddr - reinterpret_cast<uint64_t>(d.base));
   uint64_t old = 0;
+  bool sig_faulted = false;  // a put_signal's data landed, its word faulted
   std::vector<uint8_t> out;
   auto signal = [&](uint64_t* w, MemoryKind k, uint8_t op, uint64_t v) -> Status {
     if (k == MemoryKind::Host) {
@@ -287,6 +302,7 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
       if (st == Status::Ok && r.type == MsgType::PutSignal) {
         uint8_t* w = s.base + (r.sig_raddr - reinterpret_cast<uint64_t>(s.base));
         st = signal(reinterpret_cast<uint64_t*>(w), s.kind, r.sig_op, r.operand);
+        sig_faulted = st != Status::Ok;
       }
       old = 0;
       break;
@@ -314,6 +330,9 @@ void MsgTransport::execute(Peer& p, const wire::Request& r) {
   lk.unlock();
   if (st != Status::Ok) {
     if (!ipc_reason.empty()) reject(p.name, ipc_reason, ipc_detail);
+    else if (sig_faulted)
+      reject(p.name, "fault", std::string(tn) + "'s signal word at " + hex(r.sig_raddr) + ": the memory behind key " +
+                                  hex(r.sig_key) + " faulted (the data was written)");
     else reject(p.name, "fault", std::string(tn) + " at " + hex(r.raddr) + ": the memory behind key " + hex(r.key) +
                                      " faulted");
     old = 0;
@@ -357,6 +376,11 @@ void MsgTransport::answer(Peer& p, const wire::Request& r, Status st, uint64_t o
     return fail_peer(p, Status::TransportRetryExceeded,
                      "peer lost: " + p.name + " sent requests faster than it took " +
                          std::to_string(opt_.max_backlog) + " answers");
+  if (p.answer_bytes_queued + data.size() > opt_.max_backlog_bytes)
+    return fail_peer(p, Status::TransportRetryExceeded,
+                     "peer lost: " + p.name + " asked for data faster than it took it: " +
+                         std::to_string(p.answer_bytes_queued) + " bytes of answers queued, at most " +
+                         std::to_string(opt_.max_backlog_bytes));
   if (st != Status::Ok) p.failed_seq = std::max(p.failed_seq, r.seq);
   auto o = new_out();
   wire::Answer a;

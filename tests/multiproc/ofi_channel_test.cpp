@@ -210,6 +210,48 @@ TEST(OfiChannel, ManyMessagesArriveInOrderWhole) {
   EXPECT_TRUE(ra.lost.empty() && rb.lost.empty() && rb.strangers.empty());
 }
 
+// The receive buffers are the endpoint's, shared by its peers. A peer whose
+// first message went to on_stranger (it sent before the target added it)
+// leaves a gap no later message closes: what it sends next is held, at most
+// half of the buffers, and then it is lost, so another peer still gets
+// through (every buffer was held, the endpoint received nothing more).
+TEST(OfiChannel, APeerWithAGapCannotHoldEveryReceiveBuffer) {
+  OPEN_OR_SKIP(t, "target", 1);
+  OPEN_OR_SKIP(h, "gap", 2);
+  OPEN_OR_SKIP(a, "honest", 3);
+  if (!t->ordered()) GTEST_SKIP() << t->describe() << " does not promise order";
+  Recorder rt, rh, ra;
+  const uint32_t ht = h->add_peer(t->address(), "target");
+  std::vector<uint8_t> m(64, 0x42);
+  iovec v{m.data(), m.size()};
+  // Sends one message (the channel may refuse while it connects).
+  auto send = [&](Channel& c, uint32_t peer, uint64_t token, Recorder& r) {
+    for (int i = 0; i < 100000; ++i) {
+      if (c.send(peer, &v, 1, token)) return true;
+      c.progress(r);
+      t->progress(rt);
+    }
+    return false;
+  };
+  ASSERT_TRUE(send(*h, ht, 1, rh));  // message 0: the target doesn't know the sender yet
+  ASSERT_TRUE(progress_until({{t.get(), &rt}, {h.get(), &rh}}, [&] { return rt.strangers.size() == 1; }));
+  const uint32_t th = t->add_peer(h->address(), "gap");
+  uint64_t sent = 0;
+  for (uint64_t i = 0; i < 200 && rt.lost.empty(); ++i) {
+    if (send(*h, ht, 2 + i, rh)) ++sent;
+  }
+  ASSERT_TRUE(progress_until({{t.get(), &rt}, {h.get(), &rh}}, [&] { return !rt.lost.empty(); }))
+      << sent << " messages after the gap, none lost the sender";
+  EXPECT_EQ(rt.lost[0].first, th);
+  EXPECT_NE(rt.lost[0].second.find("held for a gap at message 0"), std::string::npos) << rt.lost[0].second;
+  EXPECT_TRUE(rt.msgs.empty());
+  const uint32_t at = a->add_peer(t->address(), "target");
+  t->add_peer(a->address(), "honest");
+  ASSERT_TRUE(send(*a, at, 7, ra));
+  ASSERT_TRUE(progress_until({{t.get(), &rt}, {a.get(), &ra}, {h.get(), &rh}}, [&] { return rt.msgs.size() == 1; }))
+      << "the honest peer's message never arrived";
+}
+
 std::string helper() { return KINET_OFI_HELPER; }
 
 // Starts a helper, connects it to `a` both ways (unless `one_way`); returns

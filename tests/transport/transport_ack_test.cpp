@@ -173,6 +173,22 @@ TEST(TransportAck, SplitPutSignalIsWithheldAfterAnyFailedDataPiece) {
   expect_one(c, 3u, Status::Ok);
 }
 
+// A target acknowledges only puts that succeeded; a failed one is answered.
+// The requester keeps each put until its ack or answer: 2000 failed puts
+// leave nothing behind (one entry each stayed, for the transport's lifetime).
+TEST(TransportAck, FailedPutsLeaveNothingKept) {
+  LoopPair p;
+  Guarded g(*p.b, 64, kRemoteRead);  // no write access: every put fails
+  const uint32_t k = p.a->import_key(p.ab, g.region->remote_key());
+  uint64_t v = 1;
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_EQ(p.a->put(p.ab, &v, 8, k, g.base(), i), Status::Ok);
+    ASSERT_EQ(p.one().status, Status::RemoteAccess);
+  }
+  EXPECT_LE(p.a->backlog(p.ab).unacked, 1u);
+  EXPECT_TRUE(g.zero());
+}
+
 TEST(TransportAck, GetsAndAtomicsAreAnsweredAtOnce) {
   LoopPair p;
   Mem m;

@@ -4,12 +4,15 @@
 // stranger) rejected without touching memory (guard bytes around the
 // region) and without crashing. Over the loop channel.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <deque>
 
 #include <fstream>
 
+#include "core/text.hpp"
 #include "fabric/tcp_link.hpp"
 #include "fabric/wire.hpp"
 #include "transport_rig.hpp"
@@ -375,6 +378,175 @@ TEST(TransportHostile, FloodIsRejectedAndTheTargetStillServes) {
   uint64_t v = 3;
   ASSERT_EQ(p.a->put(p.ab, &v, 8, k, g.base(), 1), Status::Ok);
   EXPECT_EQ(p.one().status, Status::Ok);
+}
+
+// A get's answer is one message of the channel: at the longest one answer
+// carries it is served; one byte more is refused (the target's poll() threw
+// from the channel's send, or a too-large answer went out).
+TEST(TransportHostile, AGetLongerThanOneAnswerIsRefused) {
+  auto t = loop_transport("target");
+  const size_t most = t->channel().max_message() - wire::kAnswerBytes;
+  std::vector<uint8_t> mem(most + 1, 0x5a);
+  auto region = t->register_memory(mem.data(), mem.size(), kAccessAll);
+  Hostile h;
+  h.join(*t);
+  wire::Request g;
+  g.type = MsgType::Get, g.op_id = 1, g.key = region->remote_key().rkey;
+  g.raddr = reinterpret_cast<uint64_t>(mem.data()), g.length = most;
+  h.send(h.request(g));
+  auto a = h.answers(*t);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, Status::Ok);
+  EXPECT_EQ(a[0].length, most);
+  g.op_id = 2, g.length = most + 1;
+  h.send(h.request(g));
+  a = h.answers(*t);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].status, Status::RemoteInvalidRequest);
+  EXPECT_EQ(a[0].length, 0u);
+  EXPECT_EQ(t->rejected("too long"), 1u);
+}
+
+// A put_signal whose data lands and whose signal word faults (read-only
+// memory): the log names the signal word and its key, not the data's.
+TEST(TransportHostile, ASignalWordThatFaultsIsTheOneLogged) {
+  LoopPair p;
+  Guarded data(*p.b, 64, kAccessAll);
+  const size_t pg = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* ro = mmap(nullptr, pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(ro, MAP_FAILED);
+  auto sig = p.b->register_memory(ro, pg, kAccessAll);
+  const uint32_t dk = p.a->import_key(p.ab, data.region->remote_key());
+  const uint32_t sk = p.a->import_key(p.ab, sig->remote_key());
+  std::vector<uint8_t> src(16, 0x11);
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(p.a->put_signal(p.ab, src.data(), 16, dk, data.base(), sk, reinterpret_cast<uint64_t>(ro),
+                            SignalOp::Add, 1, 9),
+            Status::Ok);
+  const Completion done = p.one();
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(done.status, Status::RemoteAccess);
+  EXPECT_EQ(0, std::memcmp(data.mem(), src.data(), 16)) << "the data lands before the word is tried";
+  EXPECT_NE(log.find("signal word at " + text::hex(reinterpret_cast<uint64_t>(ro)) + ": the memory behind key " +
+                     text::hex(sig->remote_key().rkey) + " faulted"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("behind key " + text::hex(data.region->remote_key().rkey)), std::string::npos) << log;
+  sig.reset();
+  munmap(ro, pg);
+}
+
+// Strangers name themselves (a port, a node id, here a loop channel): they
+// share one counter and one log line, whatever names they give.
+TEST(TransportHostile, StrangersShareOneCounterAndOneLogLine) {
+  auto t = loop_transport("target");
+  testing::internal::CaptureStderr();
+  const int kStrangers = 300;
+  for (int i = 0; i < kStrangers; ++i) {
+    Hostile h;
+    h.join(*t, /*connect=*/false);
+    h.send({1, 2, 3, 4, 5, 6, 7, 8});
+    h.answers(*t);
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(t->rejected("stranger"), uint64_t(kStrangers));
+  size_t lines = 0;
+  for (size_t at = 0; (at = log.find("rejected a message from", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_EQ(lines, 1u) << log.substr(0, 2000);
+}
+
+// A channel that reorders (ordered() false): the engine holds early
+// requests, at most max_held. A reorder deeper than that loses the peer,
+// with the reason: dropping the request would leave a gap no later request
+// closes (every later one held or refused, the peer never lost).
+struct Unordered final : transport::Channel {
+  std::unique_ptr<transport::Channel> in = transport::make_loop_channel();
+  const char* provider() const override { return "unordered-loop"; }
+  std::string describe() const override { return "loop, reporting ordered() false"; }
+  bool ordered() const override { return false; }
+  size_t max_message() const override { return in->max_message(); }
+  std::vector<uint8_t> address() const override { return in->address(); }
+  uint32_t add_peer(const std::vector<uint8_t>& a, const std::string& n) override { return in->add_peer(a, n); }
+  bool send(uint32_t p, const iovec* iov, int n, uint64_t tok) override { return in->send(p, iov, n, tok); }
+  size_t progress(transport::ChannelEvents& ev) override { return in->progress(ev); }
+};
+
+TEST(TransportHostile, AReorderDeeperThanMaxHeldLosesThePeer) {
+  for (const uint64_t early : {4, 5}) {  // max_held 4: 4 held and then run; 5 is one too many
+    MsgOptions o;
+    o.name = "target";
+    o.max_held = 4;
+    MsgTransport t(std::make_unique<Unordered>(), transport::random_node_id(), o);
+    Guarded g(t, 64, kAccessAll);
+    Hostile h;
+    const PeerId th = h.join(t);
+    auto put = [&](uint64_t seq) {
+      wire::Request r;
+      r.type = MsgType::Put, r.op_id = seq, r.key = g.region->remote_key().rkey, r.raddr = g.base() + 8 * (seq % 8);
+      r.length = 8, r.seq = seq;
+      h.send(h.request(r, std::vector<uint8_t>(8, static_cast<uint8_t>(seq))));
+    };
+    for (uint64_t s = 2; s <= early + 1; ++s) put(s);
+    put(1);
+    auto a = h.answers(t);
+    if (early == 4) {
+      EXPECT_EQ(t.peer_error(th), "");
+      ASSERT_EQ(a.size(), 5u);  // an unordered channel answers every put
+      for (auto& x : a) EXPECT_EQ(x.status, Status::Ok);
+    } else {
+      EXPECT_NE(t.peer_error(th).find("reordered beyond 4 held (request 6 while expecting 1)"), std::string::npos)
+          << "'" << t.peer_error(th) << "'";
+    }
+  }
+}
+
+// What the target queues for a peer that asks and never reads: answers are
+// bounded in bytes as well as in number (a get's answer holds up to a piece:
+// 88-byte requests pinned up to max_backlog pieces), and owed acks behind
+// the stuck queue are one message, updated, not one per poll.
+TEST(TransportHostile, APeerThatDoesNotReadIsBoundedInBytesAndAcks) {
+  MsgOptions o;
+  o.name = "target";
+  o.max_backlog = 16;
+  o.max_backlog_bytes = size_t{4} << 20;
+  MsgTransport t(transport::make_loop_channel(), transport::random_node_id(), o);
+  std::vector<uint8_t> mem(1 << 20, 0x5a);
+  auto region = t.register_memory(mem.data(), mem.size(), kAccessAll);
+  Hostile h;
+  const PeerId th = h.join(t);
+  Completion c[4];
+  auto get = [&](uint64_t id, uint64_t len) {
+    wire::Request g;
+    g.type = MsgType::Get, g.op_id = id, g.key = region->remote_key().rkey;
+    g.raddr = reinterpret_cast<uint64_t>(mem.data()), g.length = len;
+    h.send(h.request(g));
+    t.poll(c, 0);
+  };
+  // Gets of a piece each until the loop channel's inbox is full (64 MiB):
+  // from then on answers wait in the target's queue.
+  const size_t piece = t.payload_limit();
+  uint64_t id = 0;
+  while (t.backlog(th).queued == 0 && id < 1000) get(++id, piece);
+  ASSERT_EQ(t.backlog(th).queued, 1u);
+  ASSERT_EQ(t.backlog(th).answer_bytes, piece);
+  // Puts that succeed: each owes an ack; the acks waiting share one message.
+  for (int i = 0; i < 200; ++i) {
+    wire::Request r;
+    r.type = MsgType::Put, r.op_id = ++id, r.key = region->remote_key().rkey;
+    r.raddr = reinterpret_cast<uint64_t>(mem.data()), r.length = 8;
+    h.send(h.request(r, std::vector<uint8_t>(8, 1)));
+    t.poll(c, 0);
+    t.poll(c, 0);
+  }
+  EXPECT_EQ(t.backlog(th).queued, 2u) << "one answer and one ack";
+  EXPECT_EQ(t.peer_error(th), "");
+  // More of them: 4 MiB of answers queued is the bound (one piece is).
+  size_t n = 0;
+  while (t.peer_error(th).empty() && n < 15) get(++id, piece), ++n;
+  EXPECT_EQ(n, (size_t{4} << 20) / piece) << "gets queued before the peer was lost";
+  EXPECT_NE(t.peer_error(th).find("asked for data faster than it took it"), std::string::npos) << t.peer_error(th);
+  EXPECT_EQ(t.backlog(th).queued, 0u);
+  EXPECT_EQ(t.backlog(th).answer_bytes, 0u);
 }
 
 // ---- the tcp channel's listener against raw connections --------------------

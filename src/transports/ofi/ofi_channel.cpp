@@ -545,6 +545,16 @@ bool OfiChannel::handle_recv(ChannelEvents& ev, RecvBuf* b, size_t len, fi_addr_
       --*events;
       return true;
     }
+    // The receive buffers are the endpoint's, shared by every peer: one
+    // whose gap does not close (a message of it went to on_stranger, or a
+    // hostile sender) must not take them all. Half of them is far beyond any
+    // reordering rxm does.
+    if (p.held.size() >= std::max<size_t>(1, recv_pool_.size() / 2)) {
+      lose(it->second, std::to_string(p.held.size()) + " messages held for a gap at message " +
+                           std::to_string(p.recv_seq) + " that does not close (half of the receive buffers)");
+      --*events;
+      return true;
+    }
     p.held[seq] = {b, len};
     --*events;
     return false;
