@@ -7,9 +7,9 @@
 // Shape: listen() starts a kinet bootstrap root and returns its UniqueId as
 // the handle (128 bytes = NCCL_NET_HANDLE_MAXSIZE); connect() joins rank 0's
 // (every rank's handle is a root, only handles[0] is used: the others are
-// cancelled there), exchanges the
-// transport addresses and connects every rank to every rank, itself
-// included. regMrSym exchanges the RemoteKey blobs over the bootstrap.
+// cancelled there, and closeListen cancels a root connect never came for),
+// exchanges the transport addresses and connects every rank to every rank,
+// itself included. regMrSym exchanges the RemoteKey blobs over the bootstrap.
 #include "gin.hpp"
 
 #include <algorithm>
@@ -31,7 +31,7 @@ struct GinCtx {
 
 struct GinListen {
   int dev = 0;
-  UniqueId id{};  // the root listen() started: cancelled by connect() when another rank's serves
+  UniqueId id{};  // the root listen() started: cancelled by connect() when another rank's serves, else by closeListen
 };
 
 // A registered window: local memory plus every rank's key for its copy.
@@ -331,6 +331,10 @@ Result gin_close_coll(void* coll_comm) {
 Result gin_close_listen(void* listen_comm) {
   auto* l = live<GinListen>(listen_comm, Kind::GinListen);
   if (!l) return fail(kInvalidArgument, "GIN closeListen: not a kinet GIN listen comm");
+  // NCCL closes without connect when init fails between the two: the root
+  // listen() started would keep its thread and listening socket until exit.
+  // After connect this finds nothing (stopped there) or a finished root.
+  if (UniqueId::cancel(l->id)) info("GIN closeListen: stopped bootstrap root %s", l->id.address_string().c_str());
   live_remove(l);
   delete l;
   return kSuccess;

@@ -4,9 +4,13 @@
 // for byte, every bad handle / offset / size rejected with its reason, and a
 // killed peer failing test() within a bound. Transports: "loop" in one
 // process, kinet's "tcp" across processes (no dependence on UCX).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "harness.hpp"
+#include "kinet/bootstrap.hpp"
 
 namespace {
 using namespace kinet::nccl;
@@ -68,6 +72,37 @@ TEST_F(Gin, ListenGivesABootstrapIdAsTheHandle) {
   EXPECT_TRUE(Log::warned("GIN closeListen: not a kinet GIN listen comm"));
   EXPECT_EQ(gin().finalize(ctx), kSuccess);
   EXPECT_EQ(gin().listen(ctx, 0, handle, &l), kInvalidArgument);  // a finalized context
+}
+
+// NCCL calls closeListen without connect when init fails between the two:
+// the bootstrap root listen() started must stop with it (its port refuses),
+// not keep a thread and a listening socket until exit.
+TEST_F(Gin, CloseListenWithoutConnectStopsTheBootstrapRoot) {
+  void* ctx;
+  ASSERT_EQ(gin().init(&ctx, 1, Log::logger), kSuccess);
+  uint8_t handle[kHandleMaxSize];
+  void* l = nullptr;
+  ASSERT_EQ(gin().listen(ctx, 0, handle, &l), kSuccess) << Log::all();
+  kinet::UniqueId id;
+  std::memcpy(&id, handle, sizeof id);
+  ASSERT_EQ(id.family, AF_INET) << "the test reaches the root over IPv4";
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(id.port);
+  std::memcpy(&a.sin_addr, id.addr, 4);
+  char ip[INET_ADDRSTRLEN];
+  ASSERT_NE(inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip), nullptr);
+  const std::string root = std::string(ip) + ":" + std::to_string(id.port);
+  ASSERT_EQ(gin().close_listen(l), kSuccess);
+  EXPECT_TRUE(Log::logged(kLogInfo, "GIN closeListen: stopped bootstrap root " + root)) << Log::all();
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  const int err = errno;
+  ::close(fd);
+  EXPECT_EQ(rc, -1) << "the root of a closed GIN listen comm still listens on " << root;
+  EXPECT_EQ(err, ECONNREFUSED);
+  EXPECT_EQ(gin().finalize(ctx), kSuccess);
 }
 
 TEST_F(Gin, ConnectRejectsABadHandleOrRank) {
