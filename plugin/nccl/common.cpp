@@ -60,10 +60,16 @@ Result result_of(const Error& e) {
   }
 }
 
+static_assert(sizeof(void*) == sizeof(uint64_t), "handles are pointer-sized 64-bit values");
+
 namespace {
 struct Live {
   std::shared_mutex mu;
-  std::unordered_map<const void*, Kind> objs;
+  struct Entry {
+    Kind kind;
+    void* obj;
+  };
+  std::unordered_map<uint64_t, Entry> objs;  // by handle
 };
 Live& live_objects() {
   static Live* l = new Live;  // never destroyed: NCCL may call in during exit
@@ -71,24 +77,33 @@ Live& live_objects() {
 }
 }  // namespace
 
-void live_add(const void* p, Kind k) {
-  Live& l = live_objects();
-  std::unique_lock lk(l.mu);
-  l.objs[p] = k;
+uint64_t new_handle() {
+  // From 2^60: no user-space address is that high. 2^63 is out of reach
+  // (3 * 2^60 handles: over a century at a billion a second).
+  static std::atomic<uint64_t> next{uint64_t(1) << 60};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-void live_remove(const void* p) {
+void* live_add(void* obj, Kind k) {
+  const uint64_t h = new_handle();
   Live& l = live_objects();
   std::unique_lock lk(l.mu);
-  l.objs.erase(p);
+  l.objs.emplace(h, Live::Entry{k, obj});
+  return as_ptr(h);
 }
 
-bool live_is(const void* p, Kind k) {
-  if (!p) return false;
+void live_remove(const void* h) {
+  Live& l = live_objects();
+  std::unique_lock lk(l.mu);
+  l.objs.erase(as_handle(h));
+}
+
+void* live_find(const void* h, Kind k) {
+  if (!h) return nullptr;
   Live& l = live_objects();
   std::shared_lock lk(l.mu);
-  auto it = l.objs.find(p);
-  return it != l.objs.end() && it->second == k;
+  auto it = l.objs.find(as_handle(h));
+  return it != l.objs.end() && it->second.kind == k ? it->second.obj : nullptr;
 }
 
 bool net_takes_cuda() {

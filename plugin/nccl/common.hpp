@@ -3,6 +3,7 @@
 // result codes with a reason in the log.
 #pragma once
 #include <cstdarg>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -36,16 +37,33 @@ bool net_takes_cuda();
 
 Result result_of(const Error& e);
 
-// Objects this plugin handed to NCCL, so that a pointer NCCL passes back is
-// checked without dereferencing it: a foreign, stale or NULL pointer is
-// rejected with a reason instead of read. Thread safe.
+// Handles: what this plugin gives NCCL in place of its objects' addresses
+// (contexts, comms, listen comms, requests, memory handles). Each is a value
+// of a process-wide counter, never reused and never NULL, mapped to
+// {Kind, object} while the object lives. So a stale handle (a finished
+// request, a closed comm) finds nothing even when the allocator has given its
+// object's address to a new object, and a foreign or NULL pointer is rejected
+// with a reason instead of read. NCCL only stores and passes them back (net:
+// HOST device type; GIN: PROXY type, nothing on the GPU). Values lie in
+// [2^60, 2^63): above every user-space address (no pointer of this process
+// is a handle) and below 2^63, as GIN's gin_handle must be (it travels
+// through NCCL's 63-bit descriptor fields). Thread safe.
 enum class Kind : uint8_t { GinCtx, GinListen, GinComm, NetListen, NetSend, NetRecv, NetMr, NetReq };
-void live_add(const void* p, Kind k);
-void live_remove(const void* p);
-bool live_is(const void* p, Kind k);
+// A new handle value (for objects a comm keeps in its own table: GIN
+// requests and memory handles).
+uint64_t new_handle();
+inline void* as_ptr(uint64_t h) { return reinterpret_cast<void*>(static_cast<uintptr_t>(h)); }
+inline uint64_t as_handle(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
+// Registers `obj` as a live object of kind `k`; returns its new handle (the
+// object keeps it, for live_remove).
+void* live_add(void* obj, Kind k);
+// Forgets handle `h`; nothing when it is unknown.
+void live_remove(const void* h);
+// The object of handle `h` when `h` is live and of kind `k`, else NULL.
+void* live_find(const void* h, Kind k);
 template <class T>
-T* live(void* p, Kind k) {
-  return live_is(p, k) ? static_cast<T*>(p) : nullptr;
+T* live(void* h, Kind k) {
+  return static_cast<T*>(live_find(h, k));
 }
 
 template <class F>

@@ -26,16 +26,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct GinCtx {
+  void* handle = nullptr;  // NCCL's name for it (common.hpp: Handles)
   uint64_t comm_id = 0;
 };
 
 struct GinListen {
+  void* handle = nullptr;  // NCCL's name for it (common.hpp: Handles)
   int dev = 0;
   UniqueId id{};  // the root listen() started: cancelled by connect() when another rank's serves, else by closeListen
 };
 
 // A registered window: local memory plus every rank's key for its copy.
 struct GinMr {
+  uint64_t handle = 0;  // mhandle and gin_handle (common.hpp: Handles)
   char* base = nullptr;
   size_t size = 0;
   std::unique_ptr<TransportRegion> region;
@@ -47,12 +50,14 @@ struct GinMr {
 };
 
 struct GinReq {
+  uint64_t handle = 0;  // the request NCCL holds and the transport's cookie (common.hpp: Handles)
   bool done = false;
   Status status = Status::Ok;
   int rank = -1;
 };
 
 struct GinComm {
+  void* handle = nullptr;  // NCCL's name for it (common.hpp: Handles)
   int rank = 0, nranks = 0;
   std::string me;  // "GIN rank 2/4"
   std::unique_ptr<Bootstrap> bs;
@@ -62,16 +67,16 @@ struct GinComm {
   std::vector<int> rank_of;          // by PeerId
 
   std::shared_mutex mr_mu;           // registration (user threads) vs. lookups (progress thread)
-  std::unordered_map<const void*, std::shared_ptr<GinMr>> mrs;
+  std::unordered_map<uint64_t, std::shared_ptr<GinMr>> mrs;  // by handle
 
   std::mutex op_mu;                  // posts and poll: one thread at a time (Transport's rule)
-  std::unordered_map<const GinReq*, std::unique_ptr<GinReq>> reqs;
+  std::unordered_map<uint64_t, std::unique_ptr<GinReq>> reqs;  // by handle
   std::vector<std::string> failed;   // by rank: why operations to it fail; empty while healthy
   std::atomic<bool> has_error{false};
 
   std::shared_ptr<GinMr> find_mr(const void* h) {
     std::shared_lock lk(mr_mu);
-    auto it = mrs.find(h);
+    auto it = mrs.find(as_handle(h));
     return it == mrs.end() ? nullptr : it->second;
   }
 
@@ -81,7 +86,7 @@ struct GinComm {
     size_t n;
     while ((n = t->poll(c, 64)) > 0) {
       for (size_t i = 0; i < n; ++i) {
-        auto it = reqs.find(reinterpret_cast<const GinReq*>(c[i].cookie));
+        auto it = reqs.find(c[i].cookie);
         if (it == reqs.end()) continue;
         GinReq& r = *it->second;
         r.done = true;
@@ -102,7 +107,8 @@ struct GinComm {
   Result post(const char* what, int to, F&& fn, void** request) {
     auto req = std::make_unique<GinReq>();
     req->rank = to;
-    const uint64_t cookie = reinterpret_cast<uint64_t>(req.get());
+    req->handle = new_handle();
+    const uint64_t cookie = req->handle;
     const auto bound = Bootstrap::default_timeout();
     const auto deadline = Clock::now() + bound;
     Status st;
@@ -116,9 +122,15 @@ struct GinComm {
     if (st != Status::Ok)
       return fail(st == Status::InvalidArgument ? kInvalidArgument : kRemoteError,
                   me + ": " + what + " to rank " + std::to_string(to) + ": transport refused it: " + status_string(st));
-    *request = req.get();
-    reqs.emplace(req.get(), std::move(req));
+    add(std::move(req), request);
     return kSuccess;
+  }
+
+  // Keeps `req` (its handle set) until test() reports it; hands NCCL its handle. op_mu held.
+  void add(std::unique_ptr<GinReq> req, void** request) {
+    const uint64_t h = req->handle;
+    reqs.emplace(h, std::move(req));
+    *request = as_ptr(h);
   }
 };
 
@@ -135,8 +147,8 @@ Result gin_init(void** ctx, uint64_t comm_id, Logger log) {
   return guarded("GIN init", [&] {
     auto* c = new GinCtx;
     c->comm_id = comm_id;
-    live_add(c, Kind::GinCtx);
-    *ctx = c;
+    c->handle = live_add(c, Kind::GinCtx);
+    *ctx = c->handle;
     return kSuccess;
   });
 }
@@ -166,8 +178,8 @@ Result gin_listen(void* ctx, int dev, void* handle, void** listen_comm) {
     auto* l = new GinListen;
     l->dev = dev;
     l->id = id;
-    live_add(l, Kind::GinListen);
-    *listen_comm = l;
+    l->handle = live_add(l, Kind::GinListen);
+    *listen_comm = l->handle;
     info("GIN listen: bootstrap root %s", id.address_string().c_str());
     return kSuccess;
   });
@@ -187,7 +199,7 @@ Result gin_connect(void* ctx, void* handles[], int nranks, int rank, void* liste
     id.validate();
     // Only rank 0's root is used: this rank's own (if it is another) would
     // hold a thread and a socket until exit.
-    auto* l = static_cast<GinListen*>(listen_comm);
+    auto* l = live<GinListen>(listen_comm, Kind::GinListen);
     if (std::memcmp(&l->id, &id, sizeof id) != 0 && UniqueId::cancel(l->id))
       info("GIN connect: rank %d stopped its unused bootstrap root %s", rank, l->id.address_string().c_str());
     auto c = std::make_unique<GinComm>();
@@ -225,8 +237,9 @@ Result gin_connect(void* ctx, void* handles[], int nranks, int rank, void* liste
     }
     c->failed.assign(nranks, {});
     c->bs->barrier();  // every side connected before operations flow
-    live_add(c.get(), Kind::GinComm);
-    *coll_comm = c.release();
+    c->handle = live_add(c.get(), Kind::GinComm);
+    *coll_comm = c->handle;
+    (void)c.release();  // owned through its handle now
     return kSuccess;
   });
 }
@@ -275,12 +288,13 @@ Result gin_reg_mr_sym(void* coll_comm, void* data, size_t size, int type, uint64
       RemoteKey k = RemoteKey::deserialize(all[r].data() + 1, all[r].size() - 1);
       mr->remote[r] = {c->t->import_key(c->peer[r], k), k.addr, k.length};
     }
+    mr->handle = new_handle();
     {
       std::unique_lock lk(c->mr_mu);
-      c->mrs.emplace(mr.get(), mr);
+      c->mrs.emplace(mr->handle, mr);
     }
-    *mhandle = mr.get();
-    if (gin_handle) *gin_handle = mr.get();  // the same value travels through NCCL's 63-bit descriptor fields
+    *mhandle = as_ptr(mr->handle);
+    if (gin_handle) *gin_handle = as_ptr(mr->handle);  // the same value travels through NCCL's 63-bit descriptor fields
     return kSuccess;
   });
 }
@@ -297,7 +311,7 @@ Result gin_dereg_mr_sym(void* coll_comm, void* mhandle) {
   std::shared_ptr<GinMr> mr;
   {
     std::unique_lock lk(c->mr_mu);
-    auto it = c->mrs.find(mhandle);
+    auto it = c->mrs.find(as_handle(mhandle));
     if (it == c->mrs.end()) return fail(kInvalidArgument, c->me + ": deregMrSym: unknown memory handle");
     mr = std::move(it->second);
     c->mrs.erase(it);
@@ -322,7 +336,7 @@ Result gin_close_coll(void* coll_comm) {
         warn("%s: closeColl: %zu operations still outstanding after %lld ms; dropped", c->me.c_str(),
              c->t->outstanding(), static_cast<long long>(bound.count()));
     }
-    live_remove(c);
+    live_remove(c->handle);
     delete c;
     return kSuccess;
   });
@@ -335,7 +349,7 @@ Result gin_close_listen(void* listen_comm) {
   // listen() started would keep its thread and listening socket until exit.
   // After connect this finds nothing (stopped there) or a finished root.
   if (UniqueId::cancel(l->id)) info("GIN closeListen: stopped bootstrap root %s", l->id.address_string().c_str());
-  live_remove(l);
+  live_remove(l->handle);
   delete l;
   return kSuccess;
 }
@@ -382,10 +396,10 @@ Result gin_iput(void* coll_comm, uint64_t src_off, void* src_mh, size_t size, ui
     if (Result r = check_put(c, "iput", src_off, src_mh, size, dst_off, dst_mh, rank, &src, &raddr, &key)) return r;
     if (size == 0) {  // nothing to move: done at once
       auto req = std::make_unique<GinReq>();
+      req->handle = new_handle();
       req->done = true;
       req->rank = static_cast<int>(rank);
-      *request = req.get();
-      c->reqs.emplace(req.get(), std::move(req));
+      c->add(std::move(req), request);
       return kSuccess;
     }
     return c->post("iput", static_cast<int>(rank),
@@ -440,7 +454,7 @@ Result gin_test(void* coll_comm, void* request, int* done) {
   if (!done) return fail(kInvalidArgument, c->me + ": test: done is NULL");
   return guarded("GIN test", [&] {
     std::lock_guard lk(c->op_mu);
-    auto it = c->reqs.find(static_cast<const GinReq*>(request));
+    auto it = c->reqs.find(as_handle(request));
     if (it == c->reqs.end()) return fail(kInvalidArgument, c->me + ": test: unknown request");
     if (!it->second->done) c->drain();
     GinReq& r = *it->second;
@@ -478,7 +492,7 @@ Result gin_query_last_error(void* gin_ctx, bool* has_error) {
 Result gin_finalize(void* ctx) {
   auto* c = live<GinCtx>(ctx, Kind::GinCtx);
   if (!c) return fail(kInvalidArgument, "GIN finalize: not a kinet GIN context");
-  live_remove(c);
+  live_remove(c->handle);
   delete c;
   return kSuccess;
 }

@@ -64,6 +64,7 @@ static_assert(sizeof(FrameHead) == 16);
 // Host memory needs no registration: the handle proves regMr was called and
 // says where the memory is.
 struct NetMr {
+  void* handle = nullptr;  // NCCL's name for it (common.hpp: Handles)
   bool gpu = false;
   const char* base = nullptr;
   size_t size = 0;
@@ -71,6 +72,7 @@ struct NetMr {
 
 struct NetComm;
 struct NetReq {
+  void* handle = nullptr;  // NCCL's name for it (common.hpp: Handles)
   NetComm* comm = nullptr;
   bool send = false;
   bool done = false;
@@ -85,6 +87,7 @@ struct NetReq {
 
 struct NetComm {
   Kind kind;                              // NetSend or NetRecv
+  void* handle = nullptr;                 // NCCL's name for it (common.hpp: Handles)
   Fd fd;
   std::string peer;                       // "10.0.0.2:41234"
   std::string error;                      // why the stream is unusable; empty while it works
@@ -173,6 +176,7 @@ struct NetComm {
 };
 
 struct NetListen {
+  void* handle = nullptr;  // NCCL's name for it (common.hpp: Handles)
   Fd lfd;
   uint8_t secret[16];
   std::string where;
@@ -221,8 +225,9 @@ Result net_listen(void*, int dev, void* handle, void** listen_comm) {
     std::memcpy(h.secret, l->secret, sizeof h.secret);
     std::memcpy(handle, &h, sizeof h);
     info("net listen on %s", l->where.c_str());
-    live_add(l.get(), Kind::NetListen);
-    *listen_comm = l.release();
+    l->handle = live_add(l.get(), Kind::NetListen);
+    *listen_comm = l->handle;
+    (void)l.release();  // owned through its handle now
     return kSuccess;
   });
 }
@@ -249,8 +254,9 @@ Result net_connect(void*, int dev, void* handle, void** send_comm, DeviceHandle*
     c->kind = Kind::NetSend;
     c->fd = std::move(fd);
     c->peer = to.str();
-    live_add(c.get(), Kind::NetSend);
-    *send_comm = c.release();
+    c->handle = live_add(c.get(), Kind::NetSend);
+    *send_comm = c->handle;
+    (void)c.release();  // owned through its handle now
     return kSuccess;
   });
 }
@@ -288,8 +294,9 @@ Result net_accept(void* listen_comm, void** recv_comm, DeviceHandle**) {
           c->fd = std::move(p.fd);
           c->peer = p.peer;
           l->pending.erase(l->pending.begin() + static_cast<long>(i));
-          live_add(c.get(), Kind::NetRecv);
-          *recv_comm = c.release();
+          c->handle = live_add(c.get(), Kind::NetRecv);
+          *recv_comm = c->handle;
+          (void)c.release();  // owned through its handle now
           return kSuccess;
         }
       }
@@ -324,8 +331,8 @@ Result net_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle)
   m->gpu = type == kPtrCuda;
   m->base = static_cast<const char*>(data);
   m->size = size;
-  live_add(m, Kind::NetMr);
-  *mhandle = m;
+  m->handle = live_add(m, Kind::NetMr);
+  *mhandle = m->handle;
   return kSuccess;
 }
 
@@ -337,7 +344,7 @@ Result net_dereg_mr(void* comm, void* mhandle) {
   if (!any_comm(comm)) return fail(kInvalidArgument, "net deregMr: not a kinet net comm");
   auto* m = live<NetMr>(mhandle, Kind::NetMr);
   if (!m) return fail(kInvalidArgument, "net deregMr: not a kinet memory handle");
-  live_remove(m);
+  live_remove(m->handle);
   delete m;
   return kSuccess;
 }
@@ -375,8 +382,8 @@ Result net_isend(void* send_comm, void* data, size_t size, int tag, void* mhandl
   r->size = size;
   r->tag = tag;
   r->head = FrameHead{tag, 0, size};
-  live_add(r.get(), Kind::NetReq);
-  *request = r.get();
+  r->handle = live_add(r.get(), Kind::NetReq);
+  *request = r->handle;
   c->q.push_back(std::move(r));
   c->progress();
   return kSuccess;
@@ -412,8 +419,8 @@ Result net_irecv(void* recv_comm, int n, void** data, size_t* sizes, int* tags, 
   }
   r->size = sizes[0];
   r->tag = tags[0];
-  live_add(r.get(), Kind::NetReq);
-  *request = r.get();
+  r->handle = live_add(r.get(), Kind::NetReq);
+  *request = r->handle;
   c->q.push_back(std::move(r));
   c->progress();
   return kSuccess;
@@ -438,7 +445,7 @@ Result net_test(void* request, int* done, int* sizes) {
   if (sizes) *sizes = static_cast<int>(r->send ? r->size : r->head.bytes);
   for (auto it = c->q.begin(); it != c->q.end(); ++it)
     if (it->get() == r) {
-      live_remove(r);
+      live_remove(r->handle);
       c->q.erase(it);
       break;
     }
@@ -448,8 +455,8 @@ Result net_test(void* request, int* done, int* sizes) {
 Result net_close(void* comm, Kind kind, const char* what) {
   auto* c = live<NetComm>(comm, kind);
   if (!c) return fail(kInvalidArgument, std::string("net ") + what + ": not a kinet comm of that kind");
-  for (auto& r : c->q) live_remove(r.get());  // requests still queued go with their comm
-  live_remove(c);
+  for (auto& r : c->q) live_remove(r->handle);  // requests still queued go with their comm
+  live_remove(c->handle);
   delete c;
   return kSuccess;
 }
@@ -459,7 +466,7 @@ Result net_close_recv(void* c) { return net_close(c, Kind::NetRecv, "closeRecv")
 Result net_close_listen(void* listen_comm) {
   auto* l = live<NetListen>(listen_comm, Kind::NetListen);
   if (!l) return fail(kInvalidArgument, "net closeListen: not a kinet listen comm");
-  live_remove(l);
+  live_remove(l->handle);
   delete l;
   return kSuccess;
 }

@@ -282,6 +282,49 @@ int data_rank(int rank, int n, Shared* sh, const char* provider) {
   return 0;
 }
 
+// A request test() reported done, or a deregistered memory handle, is
+// rejected even where the allocator gave its object's address to a new
+// request / window: test() must not answer for (and consume) the new one.
+int stale_rank(int rank, Shared* sh) {
+  RankComm rc;
+  RANK_CHECK(rank, connect_rank(rank, 1, sh, &rc) == kSuccess);
+  GinV11& g = gin();
+  void* c = rc.comm;
+  std::vector<uint8_t> win(4096);
+  void *mh, *gh;
+  RANK_CHECK(rank, g.reg_mr_sym(c, win.data(), win.size(), kPtrHost, 0, &mh, &gh) == kSuccess && gh == mh);
+  RANK_CHECK(rank, reinterpret_cast<uintptr_t>(gh) < (uintptr_t(1) << 63));  // NCCL's 63-bit descriptor field
+  std::vector<void*> finished;
+  for (int i = 0; i < 8; ++i) {
+    void* req = nullptr;
+    RANK_CHECK(rank, g.iput(c, 0, mh, 64, 1024, mh, 0, &req) == kSuccess && req);
+    RANK_CHECK(rank, wait_req(c, req) == kSuccess);
+    finished.push_back(req);
+  }
+  void* req = nullptr;
+  RANK_CHECK(rank, g.iput(c, 0, mh, 64, 1024, mh, 0, &req) == kSuccess && req);
+  for (void* f : finished) {
+    int done = 7;
+    RANK_CHECK(rank, g.test(c, f, &done) == kInvalidArgument && done == 7);
+    RANK_CHECK(rank, f != req);
+  }
+  RANK_CHECK(rank, Log::warned("test: unknown request"));
+  RANK_CHECK(rank, wait_req(c, req) == kSuccess);
+  RANK_CHECK(rank, g.dereg_mr_sym(c, mh) == kSuccess);
+  void* mh2;
+  RANK_CHECK(rank, g.reg_mr_sym(c, win.data(), win.size(), kPtrHost, 0, &mh2, &gh) == kSuccess);
+  RANK_CHECK(rank, g.iput(c, 0, mh, 64, 1024, mh2, 0, &req) == kInvalidArgument);
+  RANK_CHECK(rank, Log::warned("unknown source memory handle"));
+  RANK_CHECK(rank, g.dereg_mr_sym(c, mh) == kInvalidArgument);
+  RANK_CHECK(rank, Log::warned("deregMrSym: unknown memory handle"));
+  RANK_CHECK(rank, mh2 != mh);
+  RANK_CHECK(rank, g.dereg_mr_sym(c, mh2) == kSuccess);
+  RANK_CHECK(rank, g.close_coll(c) == kSuccess);
+  RANK_CHECK(rank, g.close_coll(c) == kInvalidArgument);
+  RANK_CHECK(rank, g.finalize(rc.ctx[0]) == kSuccess && g.finalize(rc.ctx[1]) == kSuccess);
+  return 0;
+}
+
 void expect_ranks(const std::vector<int>& codes) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
@@ -304,6 +347,15 @@ TEST(GinRanks, OneRankInProcessOverLoop) {
   setenv("KINET_TRANSPORT", "loop", 1);
   // In a child, so a failed check can exit without taking the test binary down.
   auto codes = run_ranks(1, [&](int r) { return data_rank(r, 1, sh, "loop"); }, 30s);
+  unsetenv("KINET_TRANSPORT");
+  munmap(sh, sizeof(Shared));
+  expect_ranks(codes);
+}
+TEST(GinRanks, AStaleRequestOrMemoryHandleIsRejectedNotTakenForANewOne) {
+  Shared* sh = Shared::make();
+  ASSERT_NE(sh, nullptr);
+  setenv("KINET_TRANSPORT", "loop", 1);
+  auto codes = run_ranks(1, [&](int r) { return stale_rank(r, sh); }, 30s);
   unsetenv("KINET_TRANSPORT");
   munmap(sh, sizeof(Shared));
   expect_ranks(codes);

@@ -245,6 +245,63 @@ TEST_F(Net, MisuseIsRejectedWithItsReason) {
   net().close_recv(r);
 }
 
+// A handle NCCL passes back after its object is gone (a request test()
+// reported done, a closed comm, a deregistered memory handle) is rejected,
+// even where the allocator gave that object's address to a new one of the
+// same kind: it must not answer for, consume or close the new one.
+TEST_F(Net, AStaleHandleIsRejectedNotTakenForANewObject) {
+  char handle[kHandleMaxSize];
+  ASSERT_EQ(net().listen(ctx_, 0, handle, &listen_), kSuccess) << Log::all();
+  void *s = nullptr, *r = nullptr;
+  ASSERT_EQ(net().connect(ctx_, 0, handle, &s, nullptr), kSuccess) << Log::all();
+  wait_for([&] { return r != nullptr; }, [&] { ASSERT_EQ(net().accept(listen_, &r, nullptr), kSuccess); }, 10s);
+  ASSERT_NE(r, nullptr);
+  int size = -1;
+  std::vector<void*> finished;
+  for (int i = 0; i < 4; ++i) {
+    void* req = nullptr;
+    ASSERT_EQ(net().isend(s, nullptr, 0, i, nullptr, nullptr, &req), kSuccess);
+    ASSERT_NE(req, nullptr);
+    ASSERT_EQ(finish(req, &size), kSuccess);
+    finished.push_back(req);
+  }
+  void* req = nullptr;
+  ASSERT_EQ(net().isend(s, nullptr, 0, 9, nullptr, nullptr, &req), kSuccess);
+  ASSERT_NE(req, nullptr);
+  for (void* f : finished) {
+    int done = 7;
+    EXPECT_EQ(net().test(f, &done, &size), kInvalidArgument);
+    EXPECT_EQ(done, 7);
+    EXPECT_NE(f, req);
+  }
+  EXPECT_TRUE(Log::warned("net test: not a kinet request, or done is NULL")) << Log::all();
+  size = -1;
+  EXPECT_EQ(finish(req, &size), kSuccess) << Log::all();
+  EXPECT_EQ(size, 0);
+  // Memory handles.
+  uint8_t buf[64];
+  void *mh = nullptr, *mh2 = nullptr;
+  ASSERT_EQ(net().reg_mr(r, buf, sizeof buf, kPtrHost, &mh), kSuccess);
+  ASSERT_EQ(net().dereg_mr(r, mh), kSuccess);
+  ASSERT_EQ(net().reg_mr(r, buf, sizeof buf, kPtrHost, &mh2), kSuccess);
+  EXPECT_EQ(net().dereg_mr(r, mh), kInvalidArgument);
+  EXPECT_TRUE(Log::warned("net deregMr: not a kinet memory handle"));
+  EXPECT_EQ(net().dereg_mr(r, mh2), kSuccess);
+  // Comms: a second closeSend after NCCL connected again.
+  ASSERT_EQ(net().close_send(s), kSuccess);
+  void* s2 = nullptr;
+  ASSERT_EQ(net().connect(ctx_, 0, handle, &s2, nullptr), kSuccess) << Log::all();
+  ASSERT_NE(s2, nullptr);
+  EXPECT_EQ(net().close_send(s), kInvalidArgument);
+  EXPECT_TRUE(Log::warned("net closeSend: not a kinet comm of that kind"));
+  EXPECT_NE(s, s2);
+  req = nullptr;
+  EXPECT_EQ(net().isend(s2, nullptr, 0, 1, nullptr, nullptr, &req), kSuccess) << Log::all();
+  EXPECT_NE(req, nullptr);
+  EXPECT_EQ(net().close_send(s2), kSuccess);
+  EXPECT_EQ(net().close_recv(r), kSuccess);
+}
+
 TEST_F(Net, APeerThatClosesFailsTheReceiveAtOnce) {
   void *s, *r;
   pair(&s, &r);
