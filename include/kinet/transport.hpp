@@ -131,10 +131,17 @@ class Transport {
   virtual std::unique_ptr<TransportRegion> register_memory(void* addr, size_t bytes, uint32_t access,
                                                            MemoryKind kind = MemoryKind::Host) = 0;
   // Imports a key of `peer` (its TransportRegion::remote_key()) for
-  // operations to that peer; returns a small id (dense from 0 per transport).
-  // Throws InvalidArgument: not a transport key, or a node other than the
-  // peer's.
+  // operations to that peer; returns a small id (dense from 0 per transport
+  // until keys are released). Throws InvalidArgument: not a transport key, or
+  // a node other than the peer's; ResourceExhausted: 2^20 keys imported and
+  // not released.
   virtual uint32_t import_key(PeerId peer, const RemoteKey& key) = 0;
+  // Forgets an imported key (its region deregistered at the peer, say): the
+  // id no longer posts (InvalidArgument), and a later import_key may reuse
+  // its place under another id, never this one. Operations posted with it
+  // before are unaffected. Throws InvalidArgument for an id not imported, or
+  // released already. A transport whose keys hold nothing does nothing.
+  virtual void release_key(uint32_t key_id) { (void)key_id; }
 
   // Every operation completes once the target executed it (puts included)
   // and told this side so. Gets, atomics and every failure are answered at

@@ -47,6 +47,20 @@ struct GinMr {
     uint64_t addr, length;
   };
   std::vector<Remote> remote;  // by rank
+  // The first `imported` keys of `remote` are imported into *t: released
+  // with the window (deregMrSym, or a regMrSym that failed half-way), else
+  // each registration kept one per rank until the transport ran out.
+  Transport* t = nullptr;
+  size_t imported = 0;
+  ~GinMr() {
+    for (size_t r = 0; r < imported; ++r) {
+      try {
+        t->release_key(remote[r].key_id);
+      } catch (const Error& e) {
+        warn("GIN: releasing the key of rank %zu: %s", r, e.what());
+      }
+    }
+  }
 };
 
 struct GinReq {
@@ -284,9 +298,11 @@ Result gin_reg_mr_sym(void* coll_comm, void* data, size_t size, int type, uint64
                         ": rank " + std::to_string(r) + " could not register: " +
                         (all[r].empty() ? std::string("(empty answer)") : std::string(all[r].begin() + 1, all[r].end())));
     mr->remote.resize(c->nranks);
+    mr->t = c->t.get();
     for (int r = 0; r < c->nranks; ++r) {
       RemoteKey k = RemoteKey::deserialize(all[r].data() + 1, all[r].size() - 1);
       mr->remote[r] = {c->t->import_key(c->peer[r], k), k.addr, k.length};
+      mr->imported = r + 1;
     }
     mr->handle = new_handle();
     {

@@ -62,7 +62,7 @@ uint64_t random_node_id() {
 
 MsgTransport::MsgTransport(std::unique_ptr<Channel> ch, uint64_t node, MsgOptions opt)
     : ch_(std::move(ch)), node_(node), opt_(std::move(opt)), reg_(std::make_shared<Registry>()),
-      peers_(new std::unique_ptr<Peer[]>[kMaxChunks]), keys_(new std::unique_ptr<Key[]>[kMaxKeyChunks]) {
+      peers_(new std::unique_ptr<Peer[]>[kMaxChunks]), keys_(new std::unique_ptr<KeySlot[]>[kMaxKeyChunks]) {
   const size_t mm = ch_->max_message();
   if (mm < wire::kRequestBytes + 64 || opt_.depth == 0 || opt_.timeout.count() <= 0)
     throw Error(ErrorCode::InvalidArgument, "transport: channel " + std::string(ch_->provider()) +
@@ -132,14 +132,37 @@ uint32_t MsgTransport::import_key(PeerId peer, const RemoteKey& key) {
     throw Error(ErrorCode::InvalidArgument, "transport: import_key: key of node " + std::to_string(key.node) +
                                                 " is not " + p->name + "'s (node " + std::to_string(p->node) + ")");
   if (key.rkey == 0) throw Error(ErrorCode::InvalidArgument, "transport: import_key: key 0 from " + p->name);
+  const uint64_t word = uint64_t{peer} << 32 | key.rkey;
   std::lock_guard lk(keys_mu_);
+  if (!free_keys_.empty()) {
+    const uint32_t n = free_keys_.back();
+    free_keys_.pop_back();
+    KeySlot& s = keys_[n / kKeyChunk][n % kKeyChunk];
+    s.word.store(word, std::memory_order_release);  // its generation moved on at release: no old id matches
+    return n | s.gen.load(std::memory_order_relaxed) << kKeyPlaceBits;
+  }
   const uint32_t n = nkeys_.load(std::memory_order_relaxed);
   if (n >= kKeyChunk * kMaxKeyChunks)
-    throw Error(ErrorCode::ResourceExhausted, "transport: import_key: " + std::to_string(n) + " keys imported already");
-  if (!keys_[n / kKeyChunk]) keys_[n / kKeyChunk].reset(new Key[kKeyChunk]);
-  keys_[n / kKeyChunk][n % kKeyChunk] = {peer, key.rkey};
+    throw Error(ErrorCode::ResourceExhausted,
+                "transport: import_key: " + std::to_string(n) + " keys imported and not released");
+  if (!keys_[n / kKeyChunk]) keys_[n / kKeyChunk].reset(new KeySlot[kKeyChunk]);
+  keys_[n / kKeyChunk][n % kKeyChunk].word.store(word, std::memory_order_relaxed);
   nkeys_.store(n + 1, std::memory_order_release);
   return n;
+}
+
+void MsgTransport::release_key(uint32_t key_id) {
+  const uint32_t n = key_id & ((1u << kKeyPlaceBits) - 1), g = key_id >> kKeyPlaceBits;
+  std::lock_guard lk(keys_mu_);
+  if (n >= nkeys_.load(std::memory_order_relaxed))
+    throw Error(ErrorCode::InvalidArgument, "transport: release_key: key id " + std::to_string(key_id) +
+                                                " was never imported");
+  KeySlot& s = keys_[n / kKeyChunk][n % kKeyChunk];
+  if (s.gen.load(std::memory_order_relaxed) != g)
+    throw Error(ErrorCode::InvalidArgument, "transport: release_key: key id " + std::to_string(key_id) +
+                                                " was released already");
+  s.gen.store(g + 1, std::memory_order_release);
+  if (g + 1 <= kKeyGenMax) free_keys_.push_back(n);  // else retired: an id of it would come round again
 }
 
 std::string MsgTransport::peer_error(PeerId peer) const {
@@ -178,10 +201,16 @@ bool MsgTransport::local_gpu(const void* ptr, uint64_t n) const {
 
 Status MsgTransport::check_post(PeerId peer, uint32_t key_id, Key* k) {
   if (!peer_at(peer)) return Status::InvalidArgument;
-  if (key_id >= nkeys_.load(std::memory_order_acquire)) return Status::InvalidArgument;
-  const Key& e = keys_[key_id / kKeyChunk][key_id % kKeyChunk];
-  if (e.peer != peer) return Status::InvalidArgument;
-  *k = e;
+  const uint32_t n = key_id & ((1u << kKeyPlaceBits) - 1), g = key_id >> kKeyPlaceBits;
+  if (n >= nkeys_.load(std::memory_order_acquire)) return Status::InvalidArgument;
+  const KeySlot& s = keys_[n / kKeyChunk][n % kKeyChunk];
+  // The generation before and after the word: a release (and a reuse of the
+  // place) in between shows, and the id no longer posts.
+  if (s.gen.load(std::memory_order_acquire) != g) return Status::InvalidArgument;
+  const uint64_t w = s.word.load(std::memory_order_acquire);
+  if (s.gen.load(std::memory_order_acquire) != g) return Status::InvalidArgument;
+  if (static_cast<PeerId>(w >> 32) != peer) return Status::InvalidArgument;
+  *k = {peer, static_cast<uint32_t>(w)};
   return Status::Ok;
 }
 

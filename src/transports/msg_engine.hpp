@@ -114,6 +114,7 @@ class MsgTransport final : public Transport, private ChannelEvents {
   std::unique_ptr<TransportRegion> register_memory(void* addr, size_t bytes, uint32_t access,
                                                    MemoryKind kind = MemoryKind::Host) override;
   uint32_t import_key(PeerId peer, const RemoteKey& key) override;
+  void release_key(uint32_t key_id) override;
   Status put(PeerId peer, const void* src, uint64_t bytes, uint32_t key_id, uint64_t raddr, uint64_t cookie) override;
   Status get(PeerId peer, void* dst, uint64_t bytes, uint32_t key_id, uint64_t raddr, uint64_t cookie) override;
   Status fetch_add(PeerId peer, uint64_t* result, uint32_t key_id, uint64_t raddr, uint64_t add,
@@ -157,6 +158,15 @@ class MsgTransport final : public Transport, private ChannelEvents {
     PeerId peer;
     uint32_t rkey;
   };
+  // An imported key's place, read by posts without a lock (check_post):
+  // `word` is peer << 32 | rkey; `gen` counts its releases, and an id is
+  // place | gen << kKeyPlaceBits, so an id of an earlier generation no
+  // longer matches. A place whose generation would wrap is not reused.
+  struct KeySlot {
+    std::atomic<uint64_t> word{0};
+    std::atomic<uint32_t> gen{0};
+  };
+  static constexpr uint32_t kKeyPlaceBits = 20, kKeyGenMax = (1u << (32 - kKeyPlaceBits)) - 1;
 
   // ChannelEvents
   void on_message(uint32_t peer, const uint8_t* data, size_t bytes) override;
@@ -213,11 +223,13 @@ class MsgTransport final : public Transport, private ChannelEvents {
   mutable std::mutex err_mu_;  // Peer::error
 
   // Imported keys: chunked like peers_, so a post reads them without a lock
-  // while import_key() (under keys_mu_) appends.
+  // while import_key() (under keys_mu_) appends or reuses a released place.
   static constexpr size_t kKeyChunk = 1024, kMaxKeyChunks = 1024;
+  static_assert(kKeyChunk * kMaxKeyChunks == size_t{1} << kKeyPlaceBits);
   std::mutex keys_mu_;
-  std::unique_ptr<std::unique_ptr<Key[]>[]> keys_;
+  std::unique_ptr<std::unique_ptr<KeySlot[]>[]> keys_;
   std::atomic<uint32_t> nkeys_{0};
+  std::vector<uint32_t> free_keys_;  // released places, under keys_mu_
 
   std::vector<Op> ops_;            // `depth` places
   std::vector<uint32_t> free_;     // free places

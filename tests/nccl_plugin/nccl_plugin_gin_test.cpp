@@ -282,6 +282,27 @@ int data_rank(int rank, int n, Shared* sh, const char* provider) {
   return 0;
 }
 
+// regMrSym imports one key per rank into the transport, which holds 2^20
+// live: deregMrSym gives them back, so more register / deregister cycles
+// than that go on (regMrSym failed for good after 2^20 / nranks before).
+int cycles_rank(int rank, Shared* sh) {
+  RankComm rc;
+  RANK_CHECK(rank, connect_rank(rank, 1, sh, &rc) == kSuccess);
+  GinV11& g = gin();
+  std::vector<uint8_t> win(4096);
+  for (long i = 0; i < (1l << 20) + 16; ++i) {
+    void *mh, *gh;
+    if (g.reg_mr_sym(rc.comm, win.data(), win.size(), kPtrHost, 0, &mh, &gh) != kSuccess) {
+      std::fprintf(stderr, "regMrSym failed in cycle %ld\n", i);
+      return 1;
+    }
+    RANK_CHECK(rank, g.dereg_mr_sym(rc.comm, mh) == kSuccess);
+  }
+  RANK_CHECK(rank, g.close_coll(rc.comm) == kSuccess);
+  RANK_CHECK(rank, g.finalize(rc.ctx[0]) == kSuccess && g.finalize(rc.ctx[1]) == kSuccess);
+  return 0;
+}
+
 // A request test() reported done, or a deregistered memory handle, is
 // rejected even where the allocator gave its object's address to a new
 // request / window: test() must not answer for (and consume) the new one.
@@ -356,6 +377,15 @@ TEST(GinRanks, AStaleRequestOrMemoryHandleIsRejectedNotTakenForANewOne) {
   ASSERT_NE(sh, nullptr);
   setenv("KINET_TRANSPORT", "loop", 1);
   auto codes = run_ranks(1, [&](int r) { return stale_rank(r, sh); }, 30s);
+  unsetenv("KINET_TRANSPORT");
+  munmap(sh, sizeof(Shared));
+  expect_ranks(codes);
+}
+TEST(GinRanks, RegistrationCyclesGiveTheirKeysBack) {
+  Shared* sh = Shared::make();
+  ASSERT_NE(sh, nullptr);
+  setenv("KINET_TRANSPORT", "loop", 1);
+  auto codes = run_ranks(1, [&](int r) { return cycles_rank(r, sh); }, 120s);
   unsetenv("KINET_TRANSPORT");
   munmap(sh, sizeof(Shared));
   expect_ranks(codes);

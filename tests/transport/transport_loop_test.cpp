@@ -568,12 +568,40 @@ TEST(TransportEdges, ImportedKeysCapIsExactAndTheLastKeyWorks) {
   uint32_t last = 0;
   for (uint32_t i = 1; i < kCap; ++i) last = p.a->import_key(p.ab, k);
   ASSERT_EQ(last, kCap - 1);
-  expect_error([&] { p.a->import_key(p.ab, k); }, ErrorCode::ResourceExhausted, "keys imported already");
+  expect_error([&] { p.a->import_key(p.ab, k); }, ErrorCode::ResourceExhausted, "keys imported and not released");
   const uint64_t v = 0x1122334455667788ull;
   ASSERT_EQ(p.a->put(p.ab, &v, 8, last, t.base() + 8, 5), Status::Ok);
   EXPECT_EQ(p.one().status, Status::Ok);
   EXPECT_EQ(std::memcmp(t.mem.data() + 8, &v, 8), 0);
   EXPECT_EQ(p.a->put(p.ab, &v, 8, kCap, t.base(), 6), Status::InvalidArgument);  // never issued
+}
+
+// release_key: the id no longer posts, a re-import reuses the place under
+// another id (the old one stays dead), a second release and an id never
+// imported are refused, and import / release cycles past the 2^20 cap go on.
+TEST(TransportEdges, ReleasedKeysNeverPostAgainAndTheirPlacesAreReused) {
+  LoopPair p;
+  Target t(p, 64);
+  const RemoteKey k = t.region->remote_key();
+  const uint64_t v = 7;
+  const uint32_t a = p.a->import_key(p.ab, k);
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, a, t.base(), 1), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+  p.a->release_key(a);
+  EXPECT_EQ(p.a->put(p.ab, &v, 8, a, t.base(), 2), Status::InvalidArgument);
+  expect_error([&] { p.a->release_key(a); }, ErrorCode::InvalidArgument, "released already");
+  expect_error([&] { p.a->release_key(a + 1); }, ErrorCode::InvalidArgument, "never imported");
+  const uint32_t b = p.a->import_key(p.ab, k);
+  EXPECT_NE(b, a);
+  EXPECT_EQ(b & ((1u << 20) - 1), a) << "the released place is reused";
+  EXPECT_EQ(p.a->put(p.ab, &v, 8, a, t.base(), 3), Status::InvalidArgument) << "the old id matched the new key";
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, b, t.base(), 4), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
+  p.a->release_key(b);
+  for (uint32_t i = 0; i < (1u << 20) + 16; ++i) p.a->release_key(p.a->import_key(p.ab, k));
+  const uint32_t c = p.a->import_key(p.ab, k);
+  ASSERT_EQ(p.a->put(p.ab, &v, 8, c, t.base(), 5), Status::Ok);
+  EXPECT_EQ(p.one().status, Status::Ok);
 }
 
 }  // namespace kinet::test
