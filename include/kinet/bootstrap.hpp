@@ -20,8 +20,12 @@
 //                               loopback as the last resort.
 //   KINET_SOCKET_FAMILY         AF_INET or AF_INET6: only that family (unset: both)
 //   KINET_BOOTSTRAP_PORT        port of the root's listener (unset/0: ephemeral)
-//   KINET_BOOTSTRAP_TIMEOUT_MS  default bound of init and of each operation (30000)
-//   KINET_BOOTSTRAP_MAX_FRAME   largest blob a peer may send, bytes (1 GiB)
+//   KINET_BOOTSTRAP_TIMEOUT_MS  default bound of init and of each operation
+//                               (30000; above 30 days: 30 days)
+//   KINET_BOOTSTRAP_MAX_FRAME   largest blob a peer may send, bytes (1 GiB).
+//                               Messages from one peer not yet received here
+//                               may hold at most 4 times this (at least
+//                               64 MiB); past it that peer counts as lost.
 //
 // Security model: the 16-byte secret authenticates ranks to the root and to
 // each other (a connection presenting another secret is refused and logged);
@@ -96,7 +100,8 @@ static_assert(sizeof(UniqueId) == 128);
 
 class Bootstrap {
  public:
-  // KINET_BOOTSTRAP_TIMEOUT_MS, default 30000.
+  // KINET_BOOTSTRAP_TIMEOUT_MS, default 30000; above 30 days (2^64-1
+  // included) it is 30 days, with a warning.
   static std::chrono::milliseconds default_timeout();
   // KINET_BOOTSTRAP_MAX_FRAME, default 1 GiB.
   static uint64_t max_frame();
@@ -127,7 +132,8 @@ class Bootstrap {
   // namespace, that process gone) is skipped and the rank keeps waiting for
   // a fresh one; a stale id from another host can't be told apart, and then
   // init fails (root unreachable), the error naming the key and who wrote it.
-  // Throws InvalidArgument (rank/nranks out of range; the key holds no
+  // Throws InvalidArgument (rank/nranks out of range, nranks 1..2^20 as for
+  // init, checked before anything starts; the key holds no
   // record of this version; rank 0 published for another nranks), System
   // (timeout naming the key and the store; rank 0's failure; a stale id
   // only), and what the store and init() throw, prefixed with this rank.
@@ -167,11 +173,17 @@ class Bootstrap {
   std::chrono::milliseconds timeout() const;
 
   // Calls below are collective where stated, bounded by timeout(), and must
-  // not be made from two threads at once. After a failure the connections to
-  // peers that were lost stay failed; those to other peers stay usable.
+  // not be made from two threads at once: the bound holds even while other
+  // peers keep sending. After a failure the connections to peers that were
+  // lost stay failed; those to other peers stay usable. A send (or
+  // allgather) that times out after part of its frame went out closes that
+  // connection: the stream can't be resumed, so the peer counts as lost
+  // ("timeout in the middle of a frame") on both sides.
 
   // Collective: every rank contributes `bytes` bytes (may differ per rank,
   // 0 allowed); returns every rank's blob, indexed by rank (its own included).
+  // Throws InvalidArgument, before anything is sent, for more bytes than
+  // KINET_BOOTSTRAP_MAX_FRAME (as send does).
   std::vector<std::vector<uint8_t>> allgather(const void* mine, size_t bytes);
   // Collective: returns once every rank has entered the barrier.
   void barrier();

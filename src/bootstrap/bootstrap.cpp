@@ -7,6 +7,7 @@
 // is nranks-1 sockets per rank, fine at bootstrap scale (thousands of ranks
 // would want a ring and lazy connections instead).
 #include <poll.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <cstring>
@@ -26,7 +27,12 @@ struct Bootstrap::Impl {
     std::string lost;  // why the connection is unusable; empty while it works
     FrameReader reader{Bootstrap::max_frame()};
     std::deque<Msg> inbox;
+    uint64_t inbox_bytes = 0;  // held by `inbox`: bodies plus kMsgOverhead each
   };
+  // What one queued message costs besides its body: counted so that a flood
+  // of empty frames is bounded too.
+  static constexpr uint64_t kMsgOverhead = sizeof(Msg) + 16;
+  uint64_t inbox_limit = 0;  // per peer: 4 x max_frame(), at least 64 MiB (bootstrap.hpp)
   int rank = 0;
   int nranks = 0;
   std::chrono::milliseconds timeout{};
@@ -56,7 +62,19 @@ struct Bootstrap::Impl {
   void drain(int r) {
     Peer& p = peers[r];
     std::string why;
-    switch (p.reader.pump(p.fd.get(), p.inbox, why)) {
+    const size_t before = p.inbox.size();
+    const FrameReader::Pump got = p.reader.pump(p.fd.get(), p.inbox, why);
+    for (size_t i = before; i < p.inbox.size(); ++i) p.inbox_bytes += p.inbox[i].data.size() + kMsgOverhead;
+    // Nobody asked for these yet; a peer that sends faster than this rank
+    // takes would otherwise grow the inbox without bound.
+    if (p.inbox_bytes > inbox_limit) {
+      mark_lost(r, "it sent " + std::to_string(p.inbox_bytes) + " bytes of messages not received here yet, over the "
+                   "limit of " + std::to_string(inbox_limit) + " (4 x KINET_BOOTSTRAP_MAX_FRAME, at least 64 MiB)");
+      p.inbox.clear();  // the peer is gone: what it sent is not delivered
+      p.inbox_bytes = 0;
+      return;
+    }
+    switch (got) {
       case FrameReader::Pump::WouldBlock: return;
       case FrameReader::Pump::Eof:
         if (p.reader.mid_frame()) mark_lost(r, "connection closed in the middle of a frame (peer lost)");
@@ -93,39 +111,61 @@ struct Bootstrap::Impl {
     return true;
   }
 
+  // Throws the timeout of a wait for `what`, naming the bound.
+  [[noreturn]] void fail_timeout(const std::string& doing, const std::string& what) const {
+    throw Error(ErrorCode::System,
+                me + ": timeout after " + std::to_string(timeout.count()) + " ms " + doing + ": " + what);
+  }
+
   // Sends one frame, receiving meanwhile so that two ranks sending large
-  // blobs to each other (or around a cycle) can't block each other.
+  // blobs to each other (or around a cycle) can't block each other. Header
+  // and body go out in one sendmsg: as two sends, a small frame met Nagle
+  // and delayed ACK (about 40 ms a message). The deadline is checked before
+  // every wait, not only when a wait finds nothing: a peer that keeps
+  // sending must not stretch it.
   void send_frame(int r, FrameKind kind, uint32_t tag, const void* data, size_t bytes, Deadline d,
                   const std::string& doing) {
     if (!peers[r].lost.empty()) fail_lost(r, doing);
     FrameHeader h{static_cast<uint16_t>(kind), 0, tag, bytes};
-    const uint8_t* parts[2] = {reinterpret_cast<const uint8_t*>(&h), static_cast<const uint8_t*>(data)};
-    size_t left[2] = {sizeof h, bytes};
-    for (int i = 0; i < 2; ++i) {
-      while (left[i] > 0) {
-        ssize_t w = ::send(peers[r].fd.get(), parts[i], left[i], MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) {
-          parts[i] += w;
-          left[i] -= static_cast<size_t>(w);
-          continue;
+    iovec iov[2] = {{&h, sizeof h}, {const_cast<void*>(data), bytes}};
+    size_t first = 0;  // iov[first] is the first part not wholly sent
+    bool started = false;
+    while (first < 2) {
+      msghdr mh{};
+      mh.msg_iov = iov + first;
+      mh.msg_iovlen = 2 - first;
+      ssize_t w = ::sendmsg(peers[r].fd.get(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        started = true;
+        auto k = static_cast<size_t>(w);
+        while (first < 2 && k >= iov[first].iov_len) k -= iov[first++].iov_len;
+        if (first < 2) {
+          iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + k;
+          iov[first].iov_len -= k;
         }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-          mark_lost(r, std::string("send failed: ") + std::strerror(errno));
-          fail_lost(r, doing);
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        mark_lost(r, std::string("send failed: ") + std::strerror(errno));
+        fail_lost(r, doing);
+      }
+      bool writable = false;
+      while (!writable) {
+        if (Clock::now() >= d || !progress(d, r, &writable)) {
+          // Part of the frame is out: the next frame would be read as the
+          // rest of this one. The stream can't be resumed, so it is closed.
+          if (started) mark_lost(r, "timeout in the middle of a frame (" + doing + ")");
+          fail_timeout(doing, peer_name(r) + " is not reading" +
+                                  (started ? " (the frame was cut short: connection closed)" : ""));
         }
-        bool writable = false;
-        while (!writable) {
-          if (!progress(d, r, &writable))
-            throw Error(ErrorCode::System, me + ": timeout after " + std::to_string(timeout.count()) +
-                                               " ms " + doing + ": " + peer_name(r) + " is not reading");
-          if (!peers[r].lost.empty()) fail_lost(r, doing);
-        }
+        if (!peers[r].lost.empty()) fail_lost(r, doing);
       }
     }
   }
 
-  // Takes the first message of `kind` and `tag` that `r` sent, waiting until `d`.
+  // Takes the first message of `kind` and `tag` that `r` sent, waiting until
+  // `d` (checked on every round, since other peers' traffic wakes the wait).
   std::vector<uint8_t> take(int r, FrameKind kind, uint32_t tag, Deadline d, const std::string& doing) {
     for (;;) {
       auto& q = peers[r].inbox;
@@ -133,12 +173,11 @@ struct Bootstrap::Impl {
       if (it != q.end()) {
         std::vector<uint8_t> v = std::move(it->data);
         q.erase(it);
+        peers[r].inbox_bytes -= v.size() + kMsgOverhead;
         return v;
       }
       if (!peers[r].lost.empty()) fail_lost(r, doing);
-      if (!progress(d, -1, nullptr))
-        throw Error(ErrorCode::System, me + ": timeout after " + std::to_string(timeout.count()) + " ms " + doing +
-                                           ": nothing from " + peer_name(r));
+      if (Clock::now() >= d || !progress(d, -1, nullptr)) fail_timeout(doing, "nothing from " + peer_name(r));
     }
   }
 
@@ -150,7 +189,10 @@ struct Bootstrap::Impl {
 };
 
 std::chrono::milliseconds Bootstrap::default_timeout() {
-  return std::chrono::milliseconds(env::get_u64("KINET_BOOTSTRAP_TIMEOUT_MS", 30000));
+  // Saturated where init() saturates a timeout: 2^63 and above would wrap to
+  // a negative count.
+  constexpr uint64_t kMaxMs = std::chrono::milliseconds(std::chrono::hours(24 * 30)).count();
+  return std::chrono::milliseconds(env::get_u64_at_most("KINET_BOOTSTRAP_TIMEOUT_MS", 30000, kMaxMs));
 }
 
 uint64_t Bootstrap::max_frame() { return env::get_u64("KINET_BOOTSTRAP_MAX_FRAME", uint64_t(1) << 30); }
@@ -186,6 +228,8 @@ std::unique_ptr<Bootstrap> Bootstrap::init(const UniqueId& id, int rank, int nra
   impl->rank = rank;
   impl->nranks = nranks;
   impl->timeout = timeout;
+  const uint64_t mf = max_frame();
+  impl->inbox_limit = std::max<uint64_t>(mf > UINT64_MAX / 4 ? UINT64_MAX : mf * 4, uint64_t(64) << 20);
   impl->peers.resize(nranks);
   impl->me = "bootstrap rank " + std::to_string(rank) + "/" + std::to_string(nranks);
   const std::string& me = impl->me;
@@ -283,6 +327,11 @@ std::chrono::milliseconds Bootstrap::timeout() const { return impl_->timeout; }
 std::vector<std::vector<uint8_t>> Bootstrap::allgather(const void* mine, size_t bytes) {
   Impl& m = *impl_;
   if (bytes && !mine) throw Error(ErrorCode::InvalidArgument, m.me + ": allgather: null data of " + std::to_string(bytes) + " bytes");
+  // Before the sequence number is taken: the peers would refuse the frame
+  // and drop the connection.
+  if (bytes > max_frame())
+    throw Error(ErrorCode::InvalidArgument, m.me + ": allgather: " + std::to_string(bytes) +
+                                                " bytes exceed KINET_BOOTSTRAP_MAX_FRAME (" + std::to_string(max_frame()) + ")");
   const uint32_t seq = ++m.coll_seq;
   const std::string doing = "in allgather #" + std::to_string(seq);
   const Deadline d = Clock::now() + m.timeout;

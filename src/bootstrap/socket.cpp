@@ -375,6 +375,9 @@ bool accept_hellos(int lfd, const Deadline& d, int stop_fd, const std::string& w
           sys_fail("bootstrap: accept in " + who);
         }
         p.fd = Fd(c);
+        // As connect_to's side: small frames must not wait for Nagle.
+        int one = 1;
+        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (pend.size() >= kMaxPending) {
           KINET_LOG(Warn, "%s: dropped %s: %zu handshakes already pending", who.c_str(),
                     pend.front().peer.str().c_str(), kMaxPending);
@@ -427,7 +430,9 @@ bool FrameReader::feed(const uint8_t* p, size_t n, std::deque<Msg>& out, std::st
 
 FrameReader::Pump FrameReader::pump(int fd, std::deque<Msg>& out, std::string& why) {
   uint8_t buf[64 * 1024];
-  for (;;) {
+  // A budget per call: a peer that writes as fast as we read would keep a
+  // read-until-EAGAIN loop here for ever, past every deadline.
+  for (int reads = 0; reads < 16; ++reads) {
     ssize_t r = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
     if (r > 0) {
       if (!feed(buf, static_cast<size_t>(r), out, why)) return Pump::Malformed;
@@ -440,6 +445,7 @@ FrameReader::Pump FrameReader::pump(int fd, std::deque<Msg>& out, std::string& w
     why = std::strerror(errno);
     return Pump::Error;
   }
+  return Pump::WouldBlock;  // more may be waiting: poll reports it again
 }
 
 }  // namespace kinet::bs

@@ -113,7 +113,8 @@ static_assert(sizeof(Hello) == 72);
 // on_hello(fd, peer address, hello) for each complete one (the callback keeps
 // the fd by moving it out; an fd left in place is closed). Garbage (wrong
 // magic or version) and connections that close early are dropped with a
-// warning naming `who` and the peer. `d` is re-read on every wake-up (the
+// warning naming `who` and the peer. Accepted sockets get TCP_NODELAY (as
+// connect_to's). `d` is re-read on every wake-up (the
 // callback may move it). Returns true once done() holds, false
 // when `d` passes or `stop_fd` (if >= 0) becomes readable.
 bool accept_hellos(int lfd, const Deadline& d, int stop_fd, const std::string& who,
@@ -148,7 +149,8 @@ class FrameReader {
   bool mid_frame() const { return hdr_got_ > 0; }
 
   enum class Pump { WouldBlock, Eof, Malformed, Error };
-  // Reads what non-blocking `fd` holds now and feeds it.
+  // Reads what non-blocking `fd` holds now, at most 1 MiB a call, and feeds
+  // it (WouldBlock also when the budget ran out: poll reports the rest).
   Pump pump(int fd, std::deque<Msg>& out, std::string& why);
 
  private:

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -449,5 +450,229 @@ TEST_F(Loopback, Ipv6JobAndFamilyChecks) {
   });
   unsetenv("KINET_SOCKET_FAMILY");
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errs[r], "") << "rank " << r;
+}
+}  // namespace
+
+namespace {
+namespace bs = kinet::bs;
+using Clock = std::chrono::steady_clock;
+
+// Joins `id` as rank `rank` of `nranks` by hand (the highest rank: it
+// connects to every other, nobody connects to it) and returns its
+// connections, indexed by rank: a peer that sends whatever a test wants.
+std::vector<bs::Fd> join_by_hand(const kinet::UniqueId& id, int rank, int nranks) {
+  const auto d = bs::Clock::now() + 5s;
+  bs::SockAddr mine;
+  bs::Fd lfd = bs::listen_on(bs::pick_interface().addr, 0, &mine);
+  bs::WireAddr rw{};
+  rw.family = id.family;
+  rw.port = id.port;
+  std::memcpy(rw.addr, id.addr, sizeof rw.addr);
+  bs::Fd root = bs::connect_to(bs::from_wire(rw, "test"), d, "root");
+  bs::Hello h{};
+  h.magic = bs::Hello::kMagic;
+  h.version = bs::Hello::kVersion;
+  h.kind = static_cast<uint16_t>(bs::HelloKind::ToRoot);
+  h.rank = static_cast<uint32_t>(rank);
+  h.nranks = static_cast<uint32_t>(nranks);
+  h.timeout_ms = 5000;
+  std::memcpy(h.secret, id.secret, sizeof h.secret);
+  h.addr = bs::to_wire(mine);
+  bs::write_all(root.get(), &h, sizeof h, d, "root");
+  bs::Hello reply{};
+  std::vector<bs::WireAddr> table(nranks);
+  EXPECT_TRUE(bs::read_all(root.get(), &reply, sizeof reply, d, "root"));
+  EXPECT_EQ(reply.status, 0u);
+  EXPECT_TRUE(bs::read_all(root.get(), table.data(), table.size() * sizeof table[0], d, "root"));
+  h.kind = static_cast<uint16_t>(bs::HelloKind::ToPeer);
+  std::vector<bs::Fd> to(nranks);
+  for (int j = 0; j < rank; ++j) {
+    to[j] = bs::connect_to(bs::from_wire(table[j], "table"), d, "rank " + std::to_string(j));
+    bs::write_all(to[j].get(), &h, sizeof h, d, "rank " + std::to_string(j));
+  }
+  return to;
+}
+
+// Streams empty User frames of `tag` into `fd` until `stop` or `bound` or
+// the peer closes; returns the frames sent.
+long long flood(int fd, uint32_t tag, const std::atomic<bool>& stop, std::chrono::milliseconds bound) {
+  std::vector<bs::FrameHeader> burst(4096, bs::FrameHeader{static_cast<uint16_t>(bs::FrameKind::User), 0, tag, 0});
+  const auto end = Clock::now() + bound;
+  long long frames = 0;
+  while (!stop && Clock::now() < end) {
+    try {
+      bs::write_all(fd, burst.data(), burst.size() * sizeof burst[0], Clock::now() + 1s, "flood");
+    } catch (const kinet::Error&) {
+      break;  // closed by the receiver
+    }
+    frames += static_cast<long long>(burst.size());
+  }
+  return frames;
+}
+
+// A receive's bound holds while another peer keeps sending (frames of
+// another tag): the deadline was only checked when poll() found nothing, so
+// rank 2's stream stretched rank 0's 400 ms wait for rank 1 without end.
+TEST_F(Loopback, RecvBoundHoldsWhileAnotherPeerKeepsSending) {
+  auto id = kinet::UniqueId::create();
+  std::atomic<bool> stop{false};
+  std::string e0;
+  auto el = Clock::duration::max();
+  std::thread t1([&] {  // rank 1: connected, silent
+    try {
+      auto b1 = kinet::Bootstrap::init(id, 1, 3, 5s);
+      while (!stop) std::this_thread::sleep_for(10ms);
+    } catch (const kinet::Error&) {
+    }
+  });
+  std::thread t0([&] {
+    try {
+      auto b0 = kinet::Bootstrap::init(id, 0, 3, 400ms);
+      const auto t = Clock::now();
+      e0 = expect_error([&] { b0->recv(1, 42); }, ErrorCode::System,
+                        "timeout after 400 ms waiting for tag 42 from rank 1: nothing from rank 1 (");
+      el = Clock::now() - t;
+    } catch (const kinet::Error& e) {
+      ADD_FAILURE() << "init: " << e.what();
+    }
+    stop = true;
+  });
+  auto to = join_by_hand(id, 2, 3);
+  const long long frames = flood(to[0].get(), 7, stop, 2s);
+  stop = true;
+  t0.join();
+  t1.join();
+  EXPECT_GT(frames, 0);
+  EXPECT_LT(el, 1500ms) << "a 400 ms recv returned after " << std::chrono::duration_cast<std::chrono::milliseconds>(el).count()
+                        << " ms while rank 2 streamed " << frames << " frames";
+}
+
+// Messages nobody receives are bounded per peer (4 x MAX_FRAME, at least
+// 64 MiB): past it the flooding peer is lost, naming the limit, long before
+// the wait's bound (the inbox grew without limit).
+TEST_F(Loopback, UnreceivedMessagesAreBoundedPerPeer) {
+  setenv("KINET_BOOTSTRAP_MAX_FRAME", "1024", 1);
+  auto id = kinet::UniqueId::create();
+  std::atomic<bool> stop{false};
+  std::string e0;
+  auto el = Clock::duration::max();
+  std::thread t0([&] {
+    try {
+      auto b0 = kinet::Bootstrap::init(id, 0, 2, 2s);
+      const auto t = Clock::now();
+      e0 = expect_error([&] { b0->recv(1, 42); }, ErrorCode::System,
+                        "waiting for tag 42 from rank 1: rank 1 (");
+      el = Clock::now() - t;
+    } catch (const kinet::Error& e) {
+      ADD_FAILURE() << "init: " << e.what();
+    }
+    stop = true;
+  });
+  auto to = join_by_hand(id, 1, 2);
+  flood(to[0].get(), 7, stop, 3s);
+  stop = true;
+  t0.join();
+  unsetenv("KINET_BOOTSTRAP_MAX_FRAME");
+  EXPECT_NE(e0.find(" bytes of messages not received here yet, over the limit of 67108864 "
+                    "(4 x KINET_BOOTSTRAP_MAX_FRAME, at least 64 MiB)"),
+            std::string::npos)
+      << e0;
+  EXPECT_LT(el, 2s);
+}
+
+// A send that times out after part of its frame went out closes the
+// connection: the next send is refused naming why, and the receiver sees a
+// frame cut short. (The retry used to be spliced into the old frame's body:
+// the receiver got one blob of old prefix + new header + new data.)
+TEST_F(Loopback, SendTimeoutMidFrameClosesTheConnection) {
+  auto id = kinet::UniqueId::create();
+  const size_t n = 64u << 20;  // more than loopback's socket buffers hold
+  auto errs = run_threads(2, id, 400ms, [&](kinet::Bootstrap& b) {
+    if (b.rank() == 0) {
+      std::vector<uint8_t> a(n, 0xAA);
+      expect_error([&] { b.send(1, 1, a.data(), a.size()); }, ErrorCode::System,
+                   "timeout after 400 ms sending tag 1 to rank 1: rank 1 (127.0.0.1:");
+      std::this_thread::sleep_for(300ms);  // rank 1 reads now
+      expect_error([&] { b.send(1, 1, a.data(), 8); }, ErrorCode::System,
+                   "lost: timeout in the middle of a frame (sending tag 1 to rank 1)");
+      return;
+    }
+    std::this_thread::sleep_for(600ms);
+    expect_error([&] { b.recv(0, 1); }, ErrorCode::System,
+                 "waiting for tag 1 from rank 0: rank 0 (127.0.0.1:");
+    expect_error([&] { b.recv(0, 1); }, ErrorCode::System, "lost: connection closed in the middle of a frame");
+  });
+  EXPECT_EQ(errs[0], "");
+  EXPECT_EQ(errs[1], "");
+}
+
+// Small messages go both ways without Nagle + delayed-ACK stalls: the
+// accepted side lacked TCP_NODELAY and a frame went out as two send()s
+// (about 40 ms a round trip: 100 took 4 s).
+TEST_F(Loopback, SmallMessagePingPongIsFastBothWays) {
+  auto id = kinet::UniqueId::create();
+  const int rounds = 100;
+  Clock::duration took[2] = {Clock::duration::max(), Clock::duration::max()};
+  auto errs = run_threads(2, id, 10s, [&](kinet::Bootstrap& b) {
+    std::vector<uint8_t> m(64, 7);
+    const int other = 1 - b.rank();
+    for (int starter = 0; starter < 2; ++starter) {
+      b.barrier();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < rounds; ++i) {
+        if (b.rank() == starter) {
+          b.send(other, 5, m);
+          ASSERT_EQ(b.recv(other, 5), m);
+        } else {
+          ASSERT_EQ(b.recv(other, 5), m);
+          b.send(other, 5, m);
+        }
+      }
+      if (b.rank() == starter) took[starter] = Clock::now() - t0;
+    }
+  });
+  EXPECT_EQ(errs[0], "");
+  EXPECT_EQ(errs[1], "");
+  EXPECT_LT(took[0], 1s) << "100 round trips started by rank 0";
+  EXPECT_LT(took[1], 1s) << "100 round trips started by rank 1";
+}
+
+// allgather refuses a blob over KINET_BOOTSTRAP_MAX_FRAME as send does,
+// before sending anything: the peers used to refuse the frame and drop the
+// connection ("peer lost" instead of the caller's mistake). Rank 1 sees no
+// frame (a timeout, not a lost peer) and the connection stays usable.
+TEST_F(Loopback, AllgatherAboveMaxFrameIsRefusedLikeSend) {
+  setenv("KINET_BOOTSTRAP_MAX_FRAME", "1024", 1);
+  auto id = kinet::UniqueId::create();
+  auto errs = run_threads(2, id, 500ms, [&](kinet::Bootstrap& b) {
+    std::vector<uint8_t> big(1025, 1), small(8, 2);
+    if (b.rank() == 0) {
+      expect_error([&] { b.allgather(big.data(), big.size()); }, ErrorCode::InvalidArgument,
+                   "bootstrap rank 0/2: allgather: 1025 bytes exceed KINET_BOOTSTRAP_MAX_FRAME (1024)");
+      b.send(1, 3, small);
+      std::this_thread::sleep_for(1s);  // rank 1's allgather must time out, not see a close
+    } else {
+      expect_error([&] { b.allgather(small.data(), small.size()); }, ErrorCode::System,
+                   "timeout after 500 ms in allgather #1: nothing from rank 0");
+      EXPECT_EQ(b.recv(0, 3), small);
+    }
+  });
+  unsetenv("KINET_BOOTSTRAP_MAX_FRAME");
+  EXPECT_EQ(errs[0], "");
+  EXPECT_EQ(errs[1], "");
+}
+
+// KINET_BOOTSTRAP_TIMEOUT_MS of 2^63 and more saturates at 30 days, as
+// init's argument does (it wrapped to a negative count: init then failed
+// with "timeout -1 ms").
+TEST(Bootstrap, HugeTimeoutFromEnvironmentSaturates) {
+  for (const char* v : {"9223372036854775808", "18446744073709551615", "2592000001"}) {
+    setenv("KINET_BOOTSTRAP_TIMEOUT_MS", v, 1);
+    EXPECT_EQ(kinet::Bootstrap::default_timeout(), std::chrono::hours(24 * 30)) << v;
+  }
+  setenv("KINET_BOOTSTRAP_TIMEOUT_MS", "2592000000", 1);
+  EXPECT_EQ(kinet::Bootstrap::default_timeout(), std::chrono::hours(24 * 30));
+  unsetenv("KINET_BOOTSTRAP_TIMEOUT_MS");
+  EXPECT_EQ(kinet::Bootstrap::default_timeout(), 30000ms);
 }
 }  // namespace
