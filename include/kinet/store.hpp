@@ -67,7 +67,9 @@ class Store {
 //         above it.
 // A key's file name is the key with every byte outside [A-Za-z0-9._-] (and
 // a leading '.') written as %XX; a name over 255 bytes is InvalidArgument.
-// Values up to kMaxValue bytes (a larger file: InvalidArgument on get).
+// Values up to kMaxValue bytes (a larger file: InvalidArgument on get). A
+// key's path that is not a regular file (a directory, a FIFO someone put
+// there) is InvalidArgument on get, at once: it never blocks the get.
 // The store never deletes what it did not write; erase() removes one key.
 class FileStore : public Store {
  public:

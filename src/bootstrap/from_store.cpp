@@ -154,8 +154,9 @@ std::string Bootstrap::store_key(const std::string& prefix) {
 std::unique_ptr<Bootstrap> Bootstrap::from_store(Store& store, int rank, int nranks, const std::string& prefix,
                                                  std::chrono::milliseconds timeout) {
   const std::string me = "bootstrap: from_store rank " + std::to_string(rank) + "/" + std::to_string(nranks);
-  if (nranks < 1 || rank < 0 || rank >= nranks)
-    throw Error(ErrorCode::InvalidArgument, me + ": rank or nranks out of range");
+  // init()'s range too, checked before rank 0 starts a rendezvous for nothing.
+  if (nranks < 1 || nranks > (1 << 20) || rank < 0 || rank >= nranks)
+    throw Error(ErrorCode::InvalidArgument, me + ": rank or nranks out of range (nranks 1..2^20)");
   if (timeout.count() <= 0)
     throw Error(ErrorCode::InvalidArgument, me + ": timeout " + std::to_string(timeout.count()) + " ms");
   timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 30));  // no deadline overflow
@@ -190,6 +191,9 @@ std::unique_ptr<Bootstrap> Bootstrap::from_store(Store& store, int rank, int nra
     try {
       bs = init(rec.id, 0, nranks, timeout);
     } catch (const Error& e) {
+      // The rendezvous thread and its listener would otherwise stay until
+      // this process exits, one set per failed call.
+      UniqueId::cancel(rec.id);
       publish_failure(std::string("init: ") + e.what());
       throw Error(e.code(), std::string(e.what()) + " (unique id published under " + where + ")");
     }

@@ -160,7 +160,10 @@ std::vector<uint8_t> FileStore::get(const std::string& key, std::chrono::millise
   std::chrono::microseconds step(1000);
   int fd;
   for (;;) {
-    fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO put at the key's path would block until a
+    // writer comes, past the bound; fstat below refuses it instead. (A
+    // regular file ignores the flag.)
+    fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd >= 0) break;
     if (errno != ENOENT)
       throw Error(ErrorCode::System, "FileStore: get " + shown(key) + ": cannot open " + p + ": " + errstr(errno));

@@ -3,6 +3,8 @@
 // waits, key rules), jobs whose ranks are threads, and what from_store does
 // with hostile, stale and failed records; from_nccl's checks that need no GPU.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -163,6 +166,27 @@ TEST(FileStore, FilesNamesAndLimits) {
   expect_error([&] { s.get("dir", 1ms); }, ErrorCode::InvalidArgument, "is not a regular file");
 }
 
+// A FIFO at a key's path (a confused or hostile user of the directory) is
+// refused at once: get opened it blocking, waiting for a writer past any
+// bound (for ever).
+TEST(FileStore, GetOnAFifoIsRefusedAtOnce) {
+  TempDir d;
+  kinet::FileStore s(d.path);
+  const std::string p = s.path("job/kinet_unique_id");
+  ASSERT_EQ(mkfifo(p.c_str(), 0600), 0);
+  auto fut = std::async(std::launch::async, [&] {
+    return expect_error([&] { s.get("job/kinet_unique_id", 200ms); }, ErrorCode::InvalidArgument,
+                        "FileStore: get 'job/kinet_unique_id': " + p + " is not a regular file");
+  });
+  const bool done = fut.wait_for(2s) == std::future_status::ready;
+  if (!done) {  // let the blocked open return so that the test ends
+    const int w = ::open(p.c_str(), O_WRONLY);
+    if (w >= 0) ::close(w);
+  }
+  fut.get();
+  EXPECT_TRUE(done) << "get with a 200 ms bound was still blocked after 2 s";
+}
+
 TEST(FileStore, BadDirectories) {
   TempDir d;
   expect_error([] { kinet::FileStore s(""); }, ErrorCode::InvalidArgument, "empty directory path");
@@ -239,6 +263,24 @@ TEST_F(FromStore, ArgumentChecks) {
   expect_error([&] { kinet::Bootstrap::from_store(s, 0, 0, "p", 1s); }, ErrorCode::InvalidArgument, "out of range");
   expect_error([&] { kinet::Bootstrap::from_store(s, 1, 2, "p", 0ms); }, ErrorCode::InvalidArgument, "timeout 0 ms");
   EXPECT_FALSE(s.check({"p/kinet_unique_id"}));
+}
+
+// nranks above init's 2^20 is refused before rank 0 starts a rendezvous:
+// each such call used to leave a root thread and its descriptors behind
+// (init refused nranks after UniqueId::create, and nothing cancelled it).
+TEST_F(FromStore, RankZeroWithBadNranksLeavesNothingBehind) {
+  auto count = [](const char* dir) {
+    return std::distance(fs::directory_iterator(dir), fs::directory_iterator{});
+  };
+  kinet::MemoryStore s;
+  const auto fds0 = count("/proc/self/fd"), threads0 = count("/proc/self/task");
+  for (int i = 0; i < 3; ++i)
+    expect_error([&] { kinet::Bootstrap::from_store(s, 0, (1 << 20) + 1, "p" + std::to_string(i), 1s); },
+                 ErrorCode::InvalidArgument, "bootstrap: from_store rank 0/1048577: rank or nranks out of range");
+  // At most: rendezvous threads of earlier tests may end meanwhile.
+  EXPECT_LE(count("/proc/self/fd"), fds0);
+  EXPECT_LE(count("/proc/self/task"), threads0);
+  EXPECT_FALSE(s.check({"p0/kinet_unique_id"}));
 }
 
 // Rank 0 never comes: the others end at the bound, naming the key they waited for.
