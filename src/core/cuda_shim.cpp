@@ -369,6 +369,9 @@ void* alloc_pinned(size_t n) {
     return p;
   }
 #endif
+  // As size_class: rounding a size near SIZE_MAX up to pages wraps to 0,
+  // and aligned_alloc(0) then "succeeds" for the memset below to crash in.
+  if (n > (size_t(1) << 62)) throw Error(ErrorCode::ResourceExhausted, "allocation of " + std::to_string(n) + " bytes");
   void* p = std::aligned_alloc(4096, (n + 4095) / 4096 * 4096);
   if (!p) throw Error(ErrorCode::ResourceExhausted, "out of host memory allocating " + std::to_string(n) + " bytes");
   std::memset(p, 0, n);

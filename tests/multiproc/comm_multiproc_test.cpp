@@ -166,4 +166,31 @@ TEST(CommSingle, AsymmetricWindowAndBadConfig) {
   expect_ok(res, 2);
 }
 
+// A window too large to exist (SIZE_MAX - 100: a negative length converted)
+// is ResourceExhausted naming the size, and the Comm stays usable. The host
+// allocation rounded the size up to pages, which wrapped to 0: a SIGSEGV.
+TEST(CommSingle, HugeWindowIsResourceExhausted) {
+  setenv("KINET_SOCKET_IFNAME", "lo", 1);
+  auto res = run_ranks(
+      1,
+      [](int r, int, Bootstrap& bs) -> std::string {
+        Comm comm(bs, config("tcp"));
+        const size_t huge = SIZE_MAX - 100;
+        try {
+          comm.alloc_symmetric(huge);
+          return "a window of SIZE_MAX - 100 bytes accepted";
+        } catch (const Error& e) {
+          REQ(e.code() == ErrorCode::ResourceExhausted &&
+                  std::string(e.what()).find("allocation of " + std::to_string(huge) + " bytes") != std::string::npos,
+              std::string(error_code_name(e.code())) + ": " + e.what());
+        }
+        REQ(comm.alloc_symmetric(4096).bytes() == 4096, "a window after the refused one");
+        comm.barrier();
+        return "";
+      },
+      60s);
+  unsetenv("KINET_SOCKET_IFNAME");
+  expect_ok(res, 1);
+}
+
 }  // namespace
