@@ -558,7 +558,7 @@ TEST_F(Loopback, UnreceivedMessagesAreBoundedPerPeer) {
   auto el = Clock::duration::max();
   std::thread t0([&] {
     try {
-      auto b0 = kinet::Bootstrap::init(id, 0, 2, 2s);
+      auto b0 = kinet::Bootstrap::init(id, 0, 2, 10s);
       const auto t = Clock::now();
       e0 = expect_error([&] { b0->recv(1, 42); }, ErrorCode::System,
                         "waiting for tag 42 from rank 1: rank 1 (");
@@ -569,7 +569,7 @@ TEST_F(Loopback, UnreceivedMessagesAreBoundedPerPeer) {
     stop = true;
   });
   auto to = join_by_hand(id, 1, 2);
-  flood(to[0].get(), 7, stop, 3s);
+  flood(to[0].get(), 7, stop, 12s);
   stop = true;
   t0.join();
   unsetenv("KINET_BOOTSTRAP_MAX_FRAME");
@@ -577,7 +577,7 @@ TEST_F(Loopback, UnreceivedMessagesAreBoundedPerPeer) {
                     "(4 x KINET_BOOTSTRAP_MAX_FRAME, at least 64 MiB)"),
             std::string::npos)
       << e0;
-  EXPECT_LT(el, 2s);
+  EXPECT_LT(el, 10s);  // the cap ended it, not the bound (slow under sanitizers: 1.4M frames)
 }
 
 // A send that times out after part of its frame went out closes the
