@@ -39,10 +39,12 @@ constexpr Variable kVariables[] = {
     {"KINET_BOOTSTRAP_PORT", "0", "TCP port of the bootstrap root (0: ephemeral)", "bootstrap", false},
     {"KINET_BOOTSTRAP_TIMEOUT_MS", "30000",
      "bound in ms of Bootstrap::init and of each bootstrap call; a rank that does not answer within it is named "
-     "in the error",
+     "in the error; above 30 days: 30 days, with a warning",
      "bootstrap", false},
     {"KINET_BOOTSTRAP_MAX_FRAME", "1073741824",
-     "largest bootstrap message in bytes; a peer announcing more is treated as lost", "bootstrap", false},
+     "largest bootstrap message in bytes; a peer announcing more is treated as lost, and so is one that sent "
+     "more than 4 times it (at least 64 MiB) of messages not received yet",
+     "bootstrap", false},
     {"KINET_EMU_FABRIC", "local",
      "`tcp`: every software NIC this process opens joins the cross-process fabric (one TCP listener per process "
      "on the interface KINET_SOCKET_IFNAME picks; QpInfo then carries its endpoint); `shm`: the same over shared "
