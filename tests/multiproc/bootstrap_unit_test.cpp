@@ -510,6 +510,25 @@ long long flood(int fd, uint32_t tag, const std::atomic<bool>& stop, std::chrono
   return frames;
 }
 
+// Rank 0 of `nranks`, in a thread: init with `bound`, then a receive of tag
+// 42 from rank 1 that must fail with `want` (*err: the message, *el: how long
+// the receive took); sets *stop when done.
+std::thread rank0_recv_fails(const kinet::UniqueId& id, int nranks, std::chrono::milliseconds bound,
+                             const std::string& want, std::string* err, Clock::duration* el,
+                             std::atomic<bool>* stop) {
+  return std::thread([=] {
+    try {
+      auto b0 = kinet::Bootstrap::init(id, 0, nranks, bound);
+      const auto t = Clock::now();
+      *err = expect_error([&] { b0->recv(1, 42); }, ErrorCode::System, want);
+      *el = Clock::now() - t;
+    } catch (const kinet::Error& e) {
+      ADD_FAILURE() << "init: " << e.what();
+    }
+    *stop = true;
+  });
+}
+
 // A receive's bound holds while another peer keeps sending (frames of
 // another tag): the deadline was only checked when poll() found nothing, so
 // rank 2's stream stretched rank 0's 400 ms wait for rank 1 without end.
@@ -525,18 +544,8 @@ TEST_F(Loopback, RecvBoundHoldsWhileAnotherPeerKeepsSending) {
     } catch (const kinet::Error&) {
     }
   });
-  std::thread t0([&] {
-    try {
-      auto b0 = kinet::Bootstrap::init(id, 0, 3, 400ms);
-      const auto t = Clock::now();
-      e0 = expect_error([&] { b0->recv(1, 42); }, ErrorCode::System,
-                        "timeout after 400 ms waiting for tag 42 from rank 1: nothing from rank 1 (");
-      el = Clock::now() - t;
-    } catch (const kinet::Error& e) {
-      ADD_FAILURE() << "init: " << e.what();
-    }
-    stop = true;
-  });
+  std::thread t0 = rank0_recv_fails(id, 3, 400ms, "timeout after 400 ms waiting for tag 42 from rank 1: nothing from rank 1 (",
+                                     &e0, &el, &stop);
   auto to = join_by_hand(id, 2, 3);
   const long long frames = flood(to[0].get(), 7, stop, 2s);
   stop = true;
@@ -556,18 +565,7 @@ TEST_F(Loopback, UnreceivedMessagesAreBoundedPerPeer) {
   std::atomic<bool> stop{false};
   std::string e0;
   auto el = Clock::duration::max();
-  std::thread t0([&] {
-    try {
-      auto b0 = kinet::Bootstrap::init(id, 0, 2, 10s);
-      const auto t = Clock::now();
-      e0 = expect_error([&] { b0->recv(1, 42); }, ErrorCode::System,
-                        "waiting for tag 42 from rank 1: rank 1 (");
-      el = Clock::now() - t;
-    } catch (const kinet::Error& e) {
-      ADD_FAILURE() << "init: " << e.what();
-    }
-    stop = true;
-  });
+  std::thread t0 = rank0_recv_fails(id, 2, 10s, "waiting for tag 42 from rank 1: rank 1 (", &e0, &el, &stop);
   auto to = join_by_hand(id, 1, 2);
   flood(to[0].get(), 7, stop, 12s);
   stop = true;
