@@ -17,16 +17,27 @@
 //
 // Handle: magic, the listener's address (bootstrap WireAddr) and a 16-byte
 // secret; accept() takes only a connection that presents the secret.
+// connect() never blocks: it starts a non-blocking TCP connect and returns a
+// NULL comm (NCCL calls again with the same handle) until the connect is done
+// and the hello sent; the attempt waits in a table keyed by the handle's
+// content. Refused / unreachable fails at once, a connect that never
+// completes after KINET_BOOTSTRAP_TIMEOUT_MS.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <string>
 
 #include "bootstrap/socket.hpp"
 #include "core/cuda_shim.hpp"
@@ -232,6 +243,73 @@ Result net_listen(void*, int dev, void* handle, void** listen_comm) {
   });
 }
 
+// A connect in progress: NCCL calls connect again with the same handle while
+// it returns a NULL comm, so the state waits here, keyed by the handle's
+// content (magic, address, secret: NCCL may copy the handle between calls).
+struct PendingConnect {
+  Fd fd;
+  bs::SockAddr to;
+  bs::Deadline deadline;
+  long long timeout_ms = 0;  // what `deadline` was set from (KINET_BOOTSTRAP_TIMEOUT_MS)
+  bool connected = false;  // TCP handshake done
+  Hello hello{};
+  size_t sent = 0;         // bytes of `hello` sent
+};
+std::mutex g_connect_mu;
+std::map<std::string, PendingConnect> g_connects;  // guarded by g_connect_mu
+
+std::string connect_key(const NetHandle& h) {
+  return std::string(reinterpret_cast<const char*>(&h), offsetof(NetHandle, reserved));
+}
+
+[[noreturn]] void connect_failed(const PendingConnect& p, const std::string& why) {
+  throw Error(ErrorCode::System, "kinet net listener at " + p.to.str() + ": " + why);
+}
+[[noreturn]] void connect_failed_errno(const PendingConnect& p, int err) {
+  connect_failed(p, std::string(std::strerror(err)) +
+                        (err == ECONNREFUSED ? " (nothing listens there: the handle's listener is gone)" : ""));
+}
+
+// One non-blocking step of `p`; true when the hello is all sent. Throws on
+// failure (the caller drops `p`, closing its socket).
+bool connect_step(PendingConnect& p) {
+  if (!p.connected) {
+    pollfd pf{p.fd.get(), POLLOUT, 0};
+    int n = ::poll(&pf, 1, 0);
+    if (n < 0 && errno != EINTR) {
+      const int e = errno;
+      connect_failed(p, std::string("poll: ") + std::strerror(e));
+    }
+    if (n <= 0) {
+      if (bs::ms_left(p.deadline) == 0)
+        connect_failed(p, "timeout: the TCP connect did not complete within KINET_BOOTSTRAP_TIMEOUT_MS (" +
+                              std::to_string(p.timeout_ms) + " ms)");
+      return false;
+    }
+    int err = 0;
+    socklen_t el = sizeof err;
+    if (::getsockopt(p.fd.get(), SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+    if (err) connect_failed_errno(p, err);
+    p.connected = true;
+    int one = 1;
+    ::setsockopt(p.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  while (p.sent < sizeof p.hello) {
+    ssize_t w = ::send(p.fd.get(), reinterpret_cast<const char*>(&p.hello) + p.sent, sizeof p.hello - p.sent,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      p.sent += static_cast<size_t>(w);
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (bs::ms_left(p.deadline) == 0) connect_failed(p, "timeout sending the handshake");
+      return false;
+    } else {
+      const int e = errno;
+      connect_failed(p, std::string("sending the handshake: ") + std::strerror(e));
+    }
+  }
+  return true;
+}
+
 Result net_connect(void*, int dev, void* handle, void** send_comm, DeviceHandle**) {
   if (!send_comm || !handle) return fail(kInvalidArgument, "net connect: handle or sendComm is NULL");
   *send_comm = nullptr;
@@ -241,19 +319,46 @@ Result net_connect(void*, int dev, void* handle, void** send_comm, DeviceHandle*
     std::memcpy(&h, handle, sizeof h);
     if (h.magic != kHandleMagic)
       throw Error(ErrorCode::InvalidArgument, "not a kinet net handle (magic " + std::to_string(h.magic) + ")");
-    bs::SockAddr to = bs::from_wire(h.addr, "net handle");
-    // TCP's handshake completes in the listener's kernel before accept(), so
-    // this returns without waiting for the peer's accept().
-    auto d = bs::Clock::now() + Bootstrap::default_timeout();
-    Fd fd = bs::connect_to(to, d, "kinet net listener");
-    Hello hello{kHandleMagic, 0, {}};
-    std::memcpy(hello.secret, h.secret, sizeof hello.secret);
-    bs::write_all(fd.get(), &hello, sizeof hello, d, to.str());
-    bs::set_nonblocking(fd.get());
+    const std::string key = connect_key(h);
+    std::lock_guard<std::mutex> lk(g_connect_mu);
+    // Connects NCCL stopped calling for: dropped (their sockets closed) once past their deadline.
+    for (auto it = g_connects.begin(); it != g_connects.end();)
+      it = it->first != key && bs::ms_left(it->second.deadline) == 0 ? g_connects.erase(it) : std::next(it);
+    auto it = g_connects.find(key);
+    if (it == g_connects.end()) {
+      PendingConnect p;
+      p.to = bs::from_wire(h.addr, "net handle");
+      const auto timeout = Bootstrap::default_timeout();
+      p.timeout_ms = static_cast<long long>(timeout.count());
+      p.deadline = bs::Clock::now() + timeout;
+      p.hello = Hello{kHandleMagic, 0, {}};
+      std::memcpy(p.hello.secret, h.secret, sizeof p.hello.secret);
+      p.fd = Fd(::socket(p.to.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+      if (!p.fd) {
+        const int e = errno;
+        connect_failed(p, std::string("socket: ") + std::strerror(e));
+      }
+      // Refused or unreachable fails at once (here or in connect_step): the
+      // listener exists before its handle is shared, so it is gone or cannot
+      // be reached. EINTR: the connect goes on in the background, like EINPROGRESS.
+      if (::connect(p.fd.get(), reinterpret_cast<const sockaddr*>(&p.to.ss), p.to.len) != 0 &&
+          errno != EINPROGRESS && errno != EINTR)
+        connect_failed_errno(p, errno);
+      it = g_connects.emplace(key, std::move(p)).first;
+    }
+    bool done;
+    try {
+      done = connect_step(it->second);
+    } catch (...) {
+      g_connects.erase(it);
+      throw;
+    }
+    if (!done) return kSuccess;  // NULL comm: NCCL calls again with this handle
     auto c = std::make_unique<NetComm>();
     c->kind = Kind::NetSend;
-    c->fd = std::move(fd);
-    c->peer = to.str();
+    c->fd = std::move(it->second.fd);
+    c->peer = it->second.to.str();
+    g_connects.erase(it);
     c->handle = live_add(c.get(), Kind::NetSend);
     *send_comm = c->handle;
     (void)c.release();  // owned through its handle now

@@ -4,6 +4,11 @@
 // processes, and across two network namespaces.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <numeric>
 
 #include "harness.hpp"
@@ -14,6 +19,40 @@ using namespace kinet::nccl::test;
 
 NetV11& net() { return *Plugin::get().net; }
 
+// Connect as NCCL's proxy does: called again with the same handle while it
+// returns kSuccess and a NULL comm, until a comm or an error (or `bound`).
+// `longest`: the longest single call; `calls`: how many were made.
+Result connect_polled(void* ctx, void* handle, void** s, std::chrono::nanoseconds* longest = nullptr,
+                      int* calls = nullptr, std::chrono::milliseconds bound = 10s) {
+  Result res = kSuccess;
+  *s = nullptr;
+  auto d = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    auto t0 = std::chrono::steady_clock::now();
+    res = net().connect(ctx, 0, handle, s, nullptr);
+    auto took = std::chrono::steady_clock::now() - t0;
+    if (longest) *longest = std::max(*longest, std::chrono::duration_cast<std::chrono::nanoseconds>(took));
+    if (calls) ++*calls;
+    if (res != kSuccess || *s || std::chrono::steady_clock::now() > d) return res;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Descriptors open in this process.
+size_t open_fds() {
+  size_t n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator(); ++it) ++n;
+  return n;
+}
+
+// The port (host order) of the listener a net handle names: magic, reserved,
+// then the 32-byte address {family, port, scope_id, addr[16], ...}.
+uint16_t handle_port(const char* handle) {
+  uint16_t port;
+  std::memcpy(&port, handle + 10, sizeof port);
+  return port;
+}
+
 class Net : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -22,14 +61,14 @@ class Net : public ::testing::Test {
     ASSERT_EQ(net().init(&ctx_, 1, nullptr, Log::logger, nullptr), kSuccess);
     Log::clear();
   }
-  // A connected pair in this process: connect returns at once; accept is
-  // polled as NCCL does.
+  // A connected pair in this process: connect and accept are polled as NCCL
+  // does.
   void pair(void** s, void** r, void* handle_override = nullptr) {
     char handle[kHandleMaxSize];
     void* l = nullptr;
     ASSERT_EQ(net().listen(ctx_, 0, handle, &l), kSuccess) << Log::all();
     if (handle_override) std::memcpy(handle, handle_override, kHandleMaxSize);
-    ASSERT_EQ(net().connect(ctx_, 0, handle, s, nullptr), kSuccess) << Log::all();
+    ASSERT_EQ(connect_polled(ctx_, handle, s), kSuccess) << Log::all();
     ASSERT_NE(*s, nullptr);
     *r = nullptr;
     wait_for([&] { return *r != nullptr; }, [&] { ASSERT_EQ(net().accept(l, r, nullptr), kSuccess); }, 10s);
@@ -188,7 +227,8 @@ TEST_F(Net, AConnectionWithoutTheSecretIsRefused) {
   listen_ = l;
   handle[8 + 32] ^= 1;  // one bit of the secret (after magic and the 32-byte address)
   void* s = nullptr;
-  ASSERT_EQ(net().connect(ctx_, 0, handle, &s, nullptr), kSuccess);
+  ASSERT_EQ(connect_polled(ctx_, handle, &s), kSuccess);
+  ASSERT_NE(s, nullptr);
   void* r = nullptr;
   ASSERT_TRUE(wait_for([&] { return Log::warned("wrong handshake or secret"); },
                        [&] { ASSERT_EQ(net().accept(l, &r, nullptr), kSuccess); }, 10s))
@@ -253,7 +293,8 @@ TEST_F(Net, AStaleHandleIsRejectedNotTakenForANewObject) {
   char handle[kHandleMaxSize];
   ASSERT_EQ(net().listen(ctx_, 0, handle, &listen_), kSuccess) << Log::all();
   void *s = nullptr, *r = nullptr;
-  ASSERT_EQ(net().connect(ctx_, 0, handle, &s, nullptr), kSuccess) << Log::all();
+  ASSERT_EQ(connect_polled(ctx_, handle, &s), kSuccess) << Log::all();
+  ASSERT_NE(s, nullptr);
   wait_for([&] { return r != nullptr; }, [&] { ASSERT_EQ(net().accept(listen_, &r, nullptr), kSuccess); }, 10s);
   ASSERT_NE(r, nullptr);
   int size = -1;
@@ -290,7 +331,7 @@ TEST_F(Net, AStaleHandleIsRejectedNotTakenForANewObject) {
   // Comms: a second closeSend after NCCL connected again.
   ASSERT_EQ(net().close_send(s), kSuccess);
   void* s2 = nullptr;
-  ASSERT_EQ(net().connect(ctx_, 0, handle, &s2, nullptr), kSuccess) << Log::all();
+  ASSERT_EQ(connect_polled(ctx_, handle, &s2), kSuccess) << Log::all();
   ASSERT_NE(s2, nullptr);
   EXPECT_EQ(net().close_send(s), kInvalidArgument);
   EXPECT_TRUE(Log::warned("net closeSend: not a kinet comm of that kind"));
@@ -321,6 +362,208 @@ TEST_F(Net, APeerThatClosesFailsTheReceiveAtOnce) {
   EXPECT_TRUE(Log::warned("closed the connection while receiving")) << Log::all();
   EXPECT_EQ(net().dereg_mr(r, mr), kSuccess);
   EXPECT_EQ(net().close_recv(r), kSuccess);
+}
+
+// NCCL's contract: connect never blocks. A handle whose listener is gone
+// (refused) fails in the first call with the reason and the address, not
+// after KINET_BOOTSTRAP_TIMEOUT_MS of retries that park NCCL's proxy thread.
+TEST_F(Net, ConnectToAClosedListenerFailsAtOnceSayingRefused) {
+  setenv("KINET_BOOTSTRAP_TIMEOUT_MS", "5000", 1);  // a connect that retried would take this long
+  char handle[kHandleMaxSize];
+  void* l = nullptr;
+  ASSERT_EQ(net().listen(ctx_, 0, handle, &l), kSuccess) << Log::all();
+  ASSERT_EQ(net().close_listen(l), kSuccess);  // the port now refuses connections
+  const size_t fds = open_fds();
+  void* s = reinterpret_cast<void*>(1);
+  std::chrono::nanoseconds longest{0};
+  int calls = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  Result res = connect_polled(ctx_, handle, &s, &longest, &calls, 10s);
+  auto took = std::chrono::steady_clock::now() - t0;
+  unsetenv("KINET_BOOTSTRAP_TIMEOUT_MS");
+  EXPECT_EQ(res, kSystemError) << Log::all();
+  EXPECT_EQ(s, nullptr);
+  EXPECT_LT(took, 1s) << "connect to a closed listener took "
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  EXPECT_TRUE(Log::warned("Connection refused")) << Log::all();
+  EXPECT_TRUE(Log::warned("the handle's listener is gone")) << Log::all();
+  EXPECT_TRUE(Log::warned("kinet net listener at ")) << Log::all();
+  EXPECT_TRUE(Log::warned(":" + std::to_string(handle_port(handle)))) << Log::all();
+  EXPECT_EQ(open_fds(), fds);  // the attempt's socket is closed
+  // Nothing of the failed attempt stays behind for this handle: a second try fails the same way.
+  Log::clear();
+  s = reinterpret_cast<void*>(1);
+  EXPECT_EQ(connect_polled(ctx_, handle, &s, nullptr, nullptr, 1s), kSystemError);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_TRUE(Log::warned("Connection refused")) << Log::all();
+  EXPECT_EQ(open_fds(), fds);
+}
+
+// The repeated-call protocol against a live listener: connect and accept are
+// both polled from one thread (as NCCL's proxy may), each connect call
+// returns at once, and the comms carry data.
+TEST_F(Net, ConnectIsPolledUntilItReturnsACommAndEachCallReturnsAtOnce) {
+  char handle[kHandleMaxSize];
+  ASSERT_EQ(net().listen(ctx_, 0, handle, &listen_), kSuccess) << Log::all();
+  void *s = nullptr, *r = nullptr;
+  std::chrono::nanoseconds longest{0};
+  int calls = 0;
+  ASSERT_TRUE(wait_for([&] { return s && r; },
+                       [&] {
+                         if (!s) {
+                           auto t0 = std::chrono::steady_clock::now();
+                           ASSERT_EQ(net().connect(ctx_, 0, handle, &s, nullptr), kSuccess) << Log::all();
+                           longest = std::max(longest, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                                std::chrono::steady_clock::now() - t0));
+                           ++calls;
+                         }
+                         if (!r) {
+                           ASSERT_EQ(net().accept(listen_, &r, nullptr), kSuccess) << Log::all();
+                         }
+                       },
+                       10s))
+      << "send comm " << s << ", recv comm " << r << "; " << Log::all();
+  EXPECT_GE(calls, 1);
+  EXPECT_LT(longest, 100ms) << "the longest connect call took "
+                            << std::chrono::duration_cast<std::chrono::milliseconds>(longest).count() << " ms";
+  std::vector<uint8_t> out(70000), in(out.size() + 8, 0xee);
+  for (size_t b = 0; b < out.size(); ++b) out[b] = static_cast<uint8_t>(b * 13 + 5);
+  void *ms, *mr, *rs, *rr;
+  ASSERT_EQ(net().reg_mr(s, out.data(), out.size(), kPtrHost, &ms), kSuccess);
+  ASSERT_EQ(net().reg_mr(r, in.data(), in.size(), kPtrHost, &mr), kSuccess);
+  void* d = in.data();
+  size_t room = in.size();
+  int tag = 7;
+  ASSERT_EQ(net().irecv(r, 1, &d, &room, &tag, &mr, nullptr, &rr), kSuccess);
+  ASSERT_NE(rr, nullptr);
+  ASSERT_EQ(net().isend(s, out.data(), out.size(), tag, ms, nullptr, &rs), kSuccess);
+  ASSERT_NE(rs, nullptr);
+  int got = -1;
+  ASSERT_EQ(finish(rs, &got), kSuccess) << Log::all();
+  EXPECT_EQ(got, static_cast<int>(out.size()));
+  ASSERT_EQ(finish(rr, &got), kSuccess) << Log::all();
+  EXPECT_EQ(got, static_cast<int>(out.size()));
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), in.begin()));
+  EXPECT_TRUE(std::all_of(in.begin() + out.size(), in.end(), [](uint8_t b) { return b == 0xee; }));
+  EXPECT_EQ(net().dereg_mr(s, ms), kSuccess);
+  EXPECT_EQ(net().dereg_mr(r, mr), kSuccess);
+  EXPECT_EQ(net().close_send(s), kSuccess);
+  EXPECT_EQ(net().close_recv(r), kSuccess);
+}
+
+// A plain listener on the address of a kinet net handle (family at 8,
+// scope_id at 12, address at 16), backlog 0, its accept queue filled by one
+// connection, so its kernel drops new SYNs; the handle is rewritten to its
+// port (at 10, host order).
+struct FullListener {
+  int lfd = -1, filler = -1;
+  uint16_t port = 0;
+  void make(char* handle) {
+    uint16_t family;
+    std::memcpy(&family, handle + 8, sizeof family);
+    sockaddr_storage ss{};
+    socklen_t len;
+    if (family == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      a->sin_family = AF_INET;
+      std::memcpy(&a->sin_addr, handle + 16, 4);
+      len = sizeof *a;
+    } else {
+      ASSERT_EQ(family, AF_INET6);
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      a->sin6_family = AF_INET6;
+      std::memcpy(&a->sin6_scope_id, handle + 12, 4);
+      std::memcpy(&a->sin6_addr, handle + 16, 16);
+      len = sizeof *a;
+    }
+    lfd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(lfd, 0);
+    ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&ss), len), 0) << std::strerror(errno);
+    ASSERT_EQ(::listen(lfd, 0), 0);
+    ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&ss), &len), 0);
+    filler = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_EQ(::connect(filler, reinterpret_cast<sockaddr*>(&ss), len), 0) << std::strerror(errno);
+    port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                   : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+    std::memcpy(handle + 10, &port, sizeof port);
+  }
+  ~FullListener() {
+    if (filler >= 0) ::close(filler);
+    if (lfd >= 0) ::close(lfd);
+  }
+};
+
+// A connect whose SYN goes unanswered returns a NULL comm at once on every
+// call and fails, naming the address, once KINET_BOOTSTRAP_TIMEOUT_MS passed.
+TEST_F(Net, AConnectThatNeverCompletesTimesOutWithoutBlocking) {
+  char handle[kHandleMaxSize];
+  void* l = nullptr;
+  ASSERT_EQ(net().listen(ctx_, 0, handle, &l), kSuccess) << Log::all();
+  ASSERT_EQ(net().close_listen(l), kSuccess);
+  FullListener full;
+  ASSERT_NO_FATAL_FAILURE(full.make(handle));
+  setenv("KINET_BOOTSTRAP_TIMEOUT_MS", "400", 1);
+  const size_t fds = open_fds();
+  void* s = nullptr;
+  std::chrono::nanoseconds longest{0};
+  int calls = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  Result res = connect_polled(ctx_, handle, &s, &longest, &calls, 10s);
+  auto took = std::chrono::steady_clock::now() - t0;
+  unsetenv("KINET_BOOTSTRAP_TIMEOUT_MS");
+  EXPECT_EQ(res, kSystemError) << Log::all();
+  EXPECT_EQ(s, nullptr);
+  EXPECT_GE(took, 400ms);
+  EXPECT_LT(took, 5s);
+  EXPECT_GT(calls, 2);  // NULL comms while the connect was in progress
+  EXPECT_LT(longest, 100ms) << "the longest connect call took "
+                            << std::chrono::duration_cast<std::chrono::milliseconds>(longest).count() << " ms";
+  EXPECT_TRUE(Log::warned("timeout: the TCP connect did not complete within KINET_BOOTSTRAP_TIMEOUT_MS (400 ms)"))
+      << Log::all();
+  EXPECT_TRUE(Log::warned("kinet net listener at ")) << Log::all();
+  EXPECT_TRUE(Log::warned(":" + std::to_string(full.port))) << Log::all();
+  EXPECT_EQ(open_fds(), fds);  // the attempt's socket is closed
+}
+
+// A connect still in progress after the first calls completes in a later
+// one (same handle, here a copy of it), which sends the hello: magic and the
+// handle's secret.
+TEST_F(Net, AConnectInProgressCompletesInALaterCallAndSendsTheHello) {
+  char handle[kHandleMaxSize];
+  void* l = nullptr;
+  ASSERT_EQ(net().listen(ctx_, 0, handle, &l), kSuccess) << Log::all();
+  ASSERT_EQ(net().close_listen(l), kSuccess);
+  FullListener full;
+  ASSERT_NO_FATAL_FAILURE(full.make(handle));
+  void* s = nullptr;
+  std::chrono::nanoseconds longest{0};
+  int calls = 0;
+  EXPECT_EQ(connect_polled(ctx_, handle, &s, &longest, &calls, 100ms), kSuccess) << Log::all();
+  ASSERT_EQ(s, nullptr) << "the SYN was not dropped: the accept queue is not full";
+  // Room in the accept queue: the SYN's retransmission (about 1 s) completes the connect.
+  int filled = ::accept(full.lfd, nullptr, nullptr);
+  ASSERT_GE(filled, 0);
+  ::close(filled);
+  char copy[kHandleMaxSize];
+  std::memcpy(copy, handle, sizeof copy);
+  std::memset(handle, 0, sizeof handle);
+  EXPECT_EQ(connect_polled(ctx_, copy, &s, &longest, &calls, 10s), kSuccess) << Log::all();
+  ASSERT_NE(s, nullptr) << Log::all();
+  EXPECT_LT(longest, 100ms) << "the longest connect call took "
+                            << std::chrono::duration_cast<std::chrono::milliseconds>(longest).count() << " ms";
+  int fd = ::accept(full.lfd, nullptr, nullptr);
+  ASSERT_GE(fd, 0);
+  uint8_t hello[24];
+  size_t got = 0;
+  while (got < sizeof hello) {
+    ssize_t n = ::recv(fd, hello + got, sizeof hello - got, 0);
+    ASSERT_GT(n, 0);
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  EXPECT_EQ(0, std::memcmp(hello, copy, 4));            // magic
+  EXPECT_EQ(0, std::memcmp(hello + 8, copy + 40, 16));  // the secret
+  EXPECT_EQ(net().close_send(s), kSuccess);
 }
 
 // Rank 0 listens and receives, rank 1 connects and sends 4 MiB + a small
@@ -368,7 +611,7 @@ void two_process_transfer(const NetnsPair* ns, bool kill_sender) {
     }
     RANK_CHECK(rank, wait_for([&] { return sh->ready.load() == 1; }, [] { std::this_thread::sleep_for(1ms); }));
     void* s;
-    RANK_CHECK(rank, n.connect(ctx, 0, sh->handles[0], &s, nullptr) == kSuccess && s);
+    RANK_CHECK(rank, connect_polled(ctx, sh->handles[0], &s) == kSuccess && s);
     if (!kill_sender)  // (the killed one's bytes are never checked)
       for (size_t i = 0; i < kBytes; ++i) buf[i] = static_cast<uint8_t>(i * 131 + (i >> 12));
     void* mh;
