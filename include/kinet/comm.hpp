@@ -37,6 +37,13 @@
 // Collective calls (the constructor, alloc_symmetric, register_window,
 // barrier) must be made by every rank in the same order; they are bounded by
 // the bootstrap's timeout and throw kinet::Error naming the rank at fault.
+// A call that fails on some rank before its exchange (a bad argument there,
+// an allocation that failed) fails on every rank, and the ranks stay in step
+// for the next collective: the failing rank still takes part in the
+// exchange. It throws its own error (its code, its text); the other ranks
+// throw the first failing rank's code, naming each failing rank (the first
+// four) and its reason ("comm rank 0: window 1: rank 1 failed: comm rank 1:
+// window 1: 0 bytes (every rank fails this call)").
 // Destruction is local: call barrier() first so that no peer still targets
 // this rank's windows; a peer that targets them later sees "peer lost".
 #pragma once
@@ -120,7 +127,9 @@ class Comm {
   // a rank has no NIC, naming the peer and why; a transport that can't start
   // here), System (a peer unreachable, a bootstrap timeout), and what
   // connecting a gdaki QP threw (NotFound: the peer's NIC unreachable on the
-  // software NIC's fabric), prefixed with the peer.
+  // software NIC's fabric), prefixed with the peer. What fails on one rank
+  // before an exchange (a bad CommConfig field there, ...) fails on every
+  // rank, as "Collective calls" above says.
   explicit Comm(Bootstrap& bs, const CommConfig& cfg = {});
   ~Comm();
   Comm(const Comm&) = delete;
@@ -136,7 +145,8 @@ class Comm {
   // local to each rank, they need not match). Throws InvalidArgument (0
   // bytes, counters above CommConfig::kMaxCounters), ResourceExhausted,
   // System (a peer's window could not be mapped on a p2p path, naming the
-  // peer).
+  // peer). Any of these but the last, on any rank, throws on every rank (see
+  // "Collective calls" above), and no window is made.
   static constexpr uint32_t kFromConfig = ~0u;
   CommWindow& alloc_symmetric(size_t bytes, uint32_t counters = kFromConfig);
   // Collective: the caller's memory [ptr, ptr + bytes) as a window (GPU

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/collective.hpp"
 #include "comm/counters.hpp"
 #include "comm/gdaki.hpp"
 #include "core/cuda_ipc.hpp"
@@ -210,33 +211,41 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   m.rank = bs.rank();
   m.size = bs.size();
   const std::string who = "comm rank " + std::to_string(m.rank);
-  m.mode = cfg.path.empty() ? env::get_str("KINET_COMM_PATH", "auto") : cfg.path;
-  if (m.mode != "auto" && m.mode != "proxy" && m.mode != "p2p" && m.mode != "gdaki")
-    throw Error(ErrorCode::InvalidArgument, who + ": path \"" + m.mode + "\" is not auto, proxy, p2p or gdaki");
-  if (cfg.slots < 2 || cfg.slots > (1u << 20) || (cfg.slots & (cfg.slots - 1)))
-    throw Error(ErrorCode::InvalidArgument, who + ": slots " + std::to_string(cfg.slots) +
-                                                " is not a power of two in 2..2^20");
+  // Every exchange below carries each rank's verdict on what it did since
+  // the previous one (collective.hpp): a rank whose own part failed (a bad
+  // CommConfig field, a transport that can't start, ...) still takes part,
+  // and every rank throws, so that none is left one collective ahead.
+  std::exception_ptr failed;
   std::string no_gpu;
-  const bool have_gpu = cuda_ipc::available(&no_gpu) && cuda::available();
-  if (cfg.memory == CommConfig::Memory::Gpu && !have_gpu)
-    throw Error(ErrorCode::NotSupported, who + ": GPU memory asked for, but " + no_gpu);
-  m.gpu = cfg.memory == CommConfig::Memory::Gpu || (cfg.memory == CommConfig::Memory::Auto && have_gpu);
-  if (cfg.counters > CommConfig::kMaxCounters)
-    throw Error(ErrorCode::InvalidArgument, who + ": counters " + std::to_string(cfg.counters) + " is above " +
-                                                std::to_string(CommConfig::kMaxCounters));
-  m.counters = cfg.counters;
-  const uint64_t ms = cfg.timeout.count() > 0 ? static_cast<uint64_t>(cfg.timeout.count()) : default_timeout_ms();
-  m.timeout_ns = std::min<uint64_t>(ms, env::kMaxTimeoutMs) * 1000000ull;
+  NodeInfo me{};
+  try {
+    m.mode = cfg.path.empty() ? env::get_str("KINET_COMM_PATH", "auto") : cfg.path;
+    if (m.mode != "auto" && m.mode != "proxy" && m.mode != "p2p" && m.mode != "gdaki")
+      throw Error(ErrorCode::InvalidArgument, who + ": path \"" + m.mode + "\" is not auto, proxy, p2p or gdaki");
+    if (cfg.slots < 2 || cfg.slots > (1u << 20) || (cfg.slots & (cfg.slots - 1)))
+      throw Error(ErrorCode::InvalidArgument, who + ": slots " + std::to_string(cfg.slots) +
+                                                  " is not a power of two in 2..2^20");
+    const bool have_gpu = cuda_ipc::available(&no_gpu) && cuda::available();
+    if (cfg.memory == CommConfig::Memory::Gpu && !have_gpu)
+      throw Error(ErrorCode::NotSupported, who + ": GPU memory asked for, but " + no_gpu);
+    m.gpu = cfg.memory == CommConfig::Memory::Gpu || (cfg.memory == CommConfig::Memory::Auto && have_gpu);
+    if (cfg.counters > CommConfig::kMaxCounters)
+      throw Error(ErrorCode::InvalidArgument, who + ": counters " + std::to_string(cfg.counters) + " is above " +
+                                                  std::to_string(CommConfig::kMaxCounters));
+    m.counters = cfg.counters;
+    const uint64_t ms = cfg.timeout.count() > 0 ? static_cast<uint64_t>(cfg.timeout.count()) : default_timeout_ms();
+    m.timeout_ns = std::min<uint64_t>(ms, env::kMaxTimeoutMs) * 1000000ull;
 
-  // Who is where, and who has a NIC for gdaki.
-  NodeInfo me = node_info(m.gpu);
-  {
+    // Who is where, and who has a NIC for gdaki.
+    me = node_info(m.gpu);
     std::string text;
     m.gd.device = comm_gdaki::open_nic(m.mode, cfg, &text);
     me.nic = m.gd.device ? 1 : 0;
     std::strncpy(me.nic_text, text.c_str(), sizeof me.nic_text - 1);
+  } catch (...) {
+    failed = std::current_exception();
   }
-  for (auto& b : bs.allgather(&me, sizeof me)) {
+  for (auto& b : comm_coll::allgather(bs, who, failed, &me, sizeof me)) {
     if (b.size() != sizeof(NodeInfo))
       throw Error(ErrorCode::InvalidArgument, who + ": a peer's node info has " + std::to_string(b.size()) + " bytes");
     NodeInfo n;
@@ -248,72 +257,84 @@ Comm::Comm(Bootstrap& bs, const CommConfig& cfg) : impl_(std::make_unique<Impl>(
   }
 
   // The transport, connected to every other rank.
-  TransportOptions to;
-  to.provider = cfg.transport;
-  to.name = "rank " + std::to_string(m.rank);
-  m.transport = Transport::open(to);
-  const auto addrs = [&] {
-    const auto a = m.transport->address();
-    return bs.allgather(a.data(), a.size());
-  }();
-  m.tp_peer.assign(m.size, 0);
-  for (int r = 0; r < m.size; ++r)
-    if (r != m.rank) m.tp_peer[r] = m.transport->connect(addrs[r], "rank " + std::to_string(r));
-  bs.barrier();  // everyone connected to everyone before operations flow
-
-  // Paths, first guess: p2p where the memory could be mapped; the barrier
-  // window's mapping below confirms it.
-  m.path.assign(m.size, uint32_t(CommPath::Proxy));
-  m.reason.assign(m.size, "");
-  for (int r = 0; r < m.size; ++r) {
-    if (r == m.rank) {
-      m.path[r] = uint32_t(CommPath::Self);
-      m.reason[r] = "this rank: local copies";
-      continue;
-    }
-    const NodeInfo& n = m.nodes[r];
-    std::string why;
-    if (m.mode == "proxy") why = "KINET_COMM_PATH/CommConfig::path is proxy";
-    else if (m.mode == "gdaki") why = "KINET_COMM_PATH/CommConfig::path is gdaki";
-    else if (!m.gpu) why = "windows in host memory (no GPU here" + (no_gpu.empty() ? std::string() : ": " + no_gpu) + "); CUDA IPC maps GPU memory only";
-    else if (!n.gpu) why = "rank " + std::to_string(r) + " keeps its windows in host memory";
-    else if (std::strcmp(n.host, me.host) != 0 || std::strcmp(n.boot_id, me.boot_id) != 0)
-      why = std::string("another host (") + n.host + ")";
-    if (why.empty()) {
-      m.path[r] = uint32_t(CommPath::P2p);
-      m.reason[r] = "same host, GPU memory mapped through CUDA IPC";
-      continue;
-    }
-    if (m.mode == "p2p")
-      throw Error(ErrorCode::NotSupported, who + ": path p2p to rank " + std::to_string(r) + " impossible: " + why);
-    m.reason[r] = why;
-    if (m.mode == "proxy") continue;
-    // Gdaki when both ends opened a NIC (the same test on both: symmetric).
-    std::string no_qp;
-    if (!me.nic) no_qp = me.nic_text;
-    else if (!n.nic) no_qp = "rank " + std::to_string(r) + ": " + n.nic_text;
-    if (no_qp.empty()) {
-      m.path[r] = uint32_t(CommPath::Gdaki);
-      m.reason[r] = why + "; RC QPs on " + m.gd.device->name() + " (" + m.gd.device->attr().provider + ") to " +
-                    n.nic_text;
-    } else if (m.mode == "gdaki") {
-      throw Error(ErrorCode::NotSupported, who + ": path gdaki to rank " + std::to_string(r) + " impossible: " + no_qp);
-    } else {
-      m.reason[r] = why + "; no gdaki: " + no_qp;
-    }
+  std::vector<uint8_t> addr;
+  try {
+    TransportOptions to;
+    to.provider = cfg.transport;
+    to.name = "rank " + std::to_string(m.rank);
+    m.transport = Transport::open(to);
+    addr = m.transport->address();
+  } catch (...) {
+    failed = std::current_exception();
   }
+  const auto addrs = comm_coll::allgather(bs, who, failed, addr.data(), addr.size());
+  try {
+    m.tp_peer.assign(m.size, 0);
+    for (int r = 0; r < m.size; ++r)
+      if (r != m.rank) m.tp_peer[r] = m.transport->connect(addrs[r], "rank " + std::to_string(r));
+    // Paths, first guess: p2p where the memory could be mapped; the barrier
+    // window's mapping below confirms it.
+    m.path.assign(m.size, uint32_t(CommPath::Proxy));
+    m.reason.assign(m.size, "");
+    for (int r = 0; r < m.size; ++r) {
+      if (r == m.rank) {
+        m.path[r] = uint32_t(CommPath::Self);
+        m.reason[r] = "this rank: local copies";
+        continue;
+      }
+      const NodeInfo& n = m.nodes[r];
+      std::string why;
+      if (m.mode == "proxy") why = "KINET_COMM_PATH/CommConfig::path is proxy";
+      else if (m.mode == "gdaki") why = "KINET_COMM_PATH/CommConfig::path is gdaki";
+      else if (!m.gpu) why = "windows in host memory (no GPU here" + (no_gpu.empty() ? std::string() : ": " + no_gpu) + "); CUDA IPC maps GPU memory only";
+      else if (!n.gpu) why = "rank " + std::to_string(r) + " keeps its windows in host memory";
+      else if (std::strcmp(n.host, me.host) != 0 || std::strcmp(n.boot_id, me.boot_id) != 0)
+        why = std::string("another host (") + n.host + ")";
+      if (why.empty()) {
+        m.path[r] = uint32_t(CommPath::P2p);
+        m.reason[r] = "same host, GPU memory mapped through CUDA IPC";
+        continue;
+      }
+      if (m.mode == "p2p")
+        throw Error(ErrorCode::NotSupported, who + ": path p2p to rank " + std::to_string(r) + " impossible: " + why);
+      m.reason[r] = why;
+      if (m.mode == "proxy") continue;
+      // Gdaki when both ends opened a NIC (the same test on both: symmetric).
+      std::string no_qp;
+      if (!me.nic) no_qp = me.nic_text;
+      else if (!n.nic) no_qp = "rank " + std::to_string(r) + ": " + n.nic_text;
+      if (no_qp.empty()) {
+        m.path[r] = uint32_t(CommPath::Gdaki);
+        m.reason[r] = why + "; RC QPs on " + m.gd.device->name() + " (" + m.gd.device->attr().provider + ") to " +
+                      n.nic_text;
+      } else if (m.mode == "gdaki") {
+        throw Error(ErrorCode::NotSupported, who + ": path gdaki to rank " + std::to_string(r) + " impossible: " + no_qp);
+      } else {
+        m.reason[r] = why + "; no gdaki: " + no_qp;
+      }
+    }
 
-  m.proxy = std::make_unique<Proxy>(*m.transport);
-  m.peers = alloc_array<dev::CommPeer>(m.size);
-  m.state = alloc_array<dev::CommState>(1);
-  m.state->err_peer = -1;
-  m.peer_down = alloc_array<uint32_t>(m.size);
-  m.channels.assign(m.size, nullptr);
+    m.proxy = std::make_unique<Proxy>(*m.transport);
+    m.peers = alloc_array<dev::CommPeer>(m.size);
+    m.state = alloc_array<dev::CommState>(1);
+    m.state->err_peer = -1;
+    m.peer_down = alloc_array<uint32_t>(m.size);
+    m.channels.assign(m.size, nullptr);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  comm_coll::barrier(bs, who, failed);  // everyone connected to everyone before operations flow
 
   // The barrier window: one arrival counter per rank. Maps p2p peers (and
   // demotes those that fail to the proxy), then sets up the proxy peers.
   m.lost.assign(m.size, "");
-  m.gd.connect(bs, m.path, cfg, m.gpu, m.timeout_ns, m.peers);
+  {
+    // The gdaki exchanges, on every rank where any two ranks opened a NIC
+    // (the same test on every rank: the node infos are everyone's).
+    int nics = 0;
+    for (const NodeInfo& n : m.nodes) nics += n.nic != 0;
+    m.gd.connect(bs, m.path, cfg, m.gpu, m.timeout_ns, m.peers, nics >= 2);
+  }
   add_window(nullptr, static_cast<size_t>(m.size) * 8, true, 0);
   m.setup_proxy_peers(cfg);
   m.import_keys(*m.windows[0]);
@@ -393,51 +414,62 @@ void Comm::Impl::ensure_counter_tracks() {
 CommWindow& Comm::add_window(void* ptr, size_t bytes, bool owned, uint32_t counters) {
   Impl& m = *impl_;
   const std::string who = "comm rank " + std::to_string(m.rank) + ": window " + std::to_string(m.windows.size());
-  if (bytes == 0) throw Error(ErrorCode::InvalidArgument, who + ": 0 bytes");
-  if (!owned && !ptr) throw Error(ErrorCode::InvalidArgument, who + ": null pointer");
-  if (counters == kFromConfig) counters = m.counters;
-  if (counters > CommConfig::kMaxCounters)
-    throw Error(ErrorCode::InvalidArgument, who + ": counters " + std::to_string(counters) + " is above " +
-                                                std::to_string(CommConfig::kMaxCounters));
+  // A rank whose own part fails here (a bad argument, an allocation or a
+  // registration that failed) still takes part in the exchange, its failure
+  // carried in it, and every rank throws (collective.hpp): otherwise it
+  // would skip the allgather and be one collective behind the others, whose
+  // next barrier would take this call's blobs.
+  std::exception_ptr failed;
   auto w = std::unique_ptr<CommWindow>(new CommWindow);
   w->impl_ = std::make_unique<CommWindow::Impl>();
   CommWindow::Impl& wi = *w->impl_;
-  wi.owned = owned;
-  wi.gpu = owned ? m.gpu : cuda::pointer_kind(ptr) == MemoryKind::Gpu;
-  wi.local = owned ? (wi.gpu ? cuda_ipc::alloc(bytes) : cuda::alloc_pinned(bytes)) : ptr;
-  wi.peers = alloc_array<dev::CommWindowPeer>(m.size);
-  w->gpu_ = wi.gpu;
-  w->h_.id = static_cast<uint32_t>(m.windows.size());
-  w->h_.local = static_cast<uint8_t*>(wi.local);
-  w->h_.bytes = bytes;
-  w->h_.peers = wi.peers;
-  if (counters) {  // {value, failure} pairs, zeroed
-    wi.counters_on_gpu = m.gpu;
-    const size_t cb = size_t{counters} * 16;
-    wi.counters = static_cast<uint64_t*>(m.gpu ? cuda::alloc_device(cb) : cuda::alloc_pinned(cb));
-    w->h_.counters = wi.counters;
-    w->h_.ncounters = counters;
-    m.ensure_counter_tracks();
-  }
-  wi.region = m.proxy->register_memory(wi.local, bytes, kAccessAll, wi.gpu ? MemoryKind::Gpu : MemoryKind::Host);
-  w->h_.lkey = wi.region->lkey().be;
-  if (m.gd.pd) {
-    wi.mr = m.gd.pd->reg_mr(wi.local, bytes, kAccessAll);
-    w->h_.qp_lkey = wi.mr->lkey().be;
-  }
-
   WindowBlob mine;
-  mine.addr = reinterpret_cast<uint64_t>(wi.local);
-  mine.bytes = bytes;
-  mine.gpu = wi.gpu;
-  mine.key = wi.region->remote_key().serialize();
-  if (wi.mr) mine.qp_rkey = wi.mr->rkey_value();
   std::string no_export;
-  bool any_p2p = false;
-  for (uint32_t p : m.path) any_p2p |= p == uint32_t(CommPath::P2p);
-  if (wi.gpu && any_p2p) mine.has_ipc = cuda_ipc::export_memory(wi.local, &mine.ipc, &no_export);
-  const auto packed = pack(mine);
-  const auto all = m.bs->allgather(packed.data(), packed.size());
+  std::vector<uint8_t> packed;
+  try {
+    if (bytes == 0) throw Error(ErrorCode::InvalidArgument, who + ": 0 bytes");
+    if (!owned && !ptr) throw Error(ErrorCode::InvalidArgument, who + ": null pointer");
+    if (counters == kFromConfig) counters = m.counters;
+    if (counters > CommConfig::kMaxCounters)
+      throw Error(ErrorCode::InvalidArgument, who + ": counters " + std::to_string(counters) + " is above " +
+                                                  std::to_string(CommConfig::kMaxCounters));
+    wi.owned = owned;
+    wi.gpu = owned ? m.gpu : cuda::pointer_kind(ptr) == MemoryKind::Gpu;
+    wi.local = owned ? (wi.gpu ? cuda_ipc::alloc(bytes) : cuda::alloc_pinned(bytes)) : ptr;
+    wi.peers = alloc_array<dev::CommWindowPeer>(m.size);
+    w->gpu_ = wi.gpu;
+    w->h_.id = static_cast<uint32_t>(m.windows.size());
+    w->h_.local = static_cast<uint8_t*>(wi.local);
+    w->h_.bytes = bytes;
+    w->h_.peers = wi.peers;
+    if (counters) {  // {value, failure} pairs, zeroed
+      wi.counters_on_gpu = m.gpu;
+      const size_t cb = size_t{counters} * 16;
+      wi.counters = static_cast<uint64_t*>(m.gpu ? cuda::alloc_device(cb) : cuda::alloc_pinned(cb));
+      w->h_.counters = wi.counters;
+      w->h_.ncounters = counters;
+      m.ensure_counter_tracks();
+    }
+    wi.region = m.proxy->register_memory(wi.local, bytes, kAccessAll, wi.gpu ? MemoryKind::Gpu : MemoryKind::Host);
+    w->h_.lkey = wi.region->lkey().be;
+    if (m.gd.pd) {
+      wi.mr = m.gd.pd->reg_mr(wi.local, bytes, kAccessAll);
+      w->h_.qp_lkey = wi.mr->lkey().be;
+    }
+
+    mine.addr = reinterpret_cast<uint64_t>(wi.local);
+    mine.bytes = bytes;
+    mine.gpu = wi.gpu;
+    mine.key = wi.region->remote_key().serialize();
+    if (wi.mr) mine.qp_rkey = wi.mr->rkey_value();
+    bool any_p2p = false;
+    for (uint32_t p : m.path) any_p2p |= p == uint32_t(CommPath::P2p);
+    if (wi.gpu && any_p2p) mine.has_ipc = cuda_ipc::export_memory(wi.local, &mine.ipc, &no_export);
+    packed = pack(mine);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  const auto all = comm_coll::allgather(*m.bs, who, failed, packed.data(), packed.size());
   for (int r = 0; r < m.size; ++r) wi.blobs.push_back(unpack(all[r], r));
   for (int r = 1; r < m.size; ++r)  // the same text on every rank
     if (wi.blobs[r].bytes != wi.blobs[0].bytes)

@@ -45,11 +45,16 @@ struct Peers {
   // its peer's with every remote access, then a barrier (no WQE flows before
   // both ends are connected); the scratch registered on the PD; peers[r]'s
   // qp, scratch_lkey, atomic_scratch and put_scratch (the discard word)
-  // filled. No gdaki peer: the device is dropped, nothing else happens.
+  // filled. No gdaki peer: the device is dropped. `exchange` must be the
+  // same on every rank (the Comm passes whether any two ranks opened a NIC):
+  // false, nothing else happens; true, every rank takes part in both
+  // exchanges, also one without gdaki peers or whose own part failed, and a
+  // failure on any rank throws on every rank (comm/collective.hpp), so that
+  // the bootstrap's collectives stay in step.
   // Throws InvalidArgument for a malformed peer blob (naming the rank), and
   // what connecting threw, prefixed with the peer.
   void connect(Bootstrap& bs, const std::vector<uint32_t>& path, const CommConfig& cfg, bool gpu,
-               uint64_t timeout_ns, dev::CommPeer* peers);
+               uint64_t timeout_ns, dev::CommPeer* peers, bool exchange);
 };
 
 }  // namespace kinet::comm_gdaki

@@ -198,4 +198,39 @@ TEST(CommGdakiSingle, PathChoiceAndRefusals) {
   expect_ok(res, 2);
 }
 
+// Path auto where one rank of three has no NIC: ranks 0 and 1 take gdaki
+// between them, rank 2 the proxy to both. Rank 2 has no gdaki peer, yet it
+// must join the QP-info exchange and its barrier: it used to skip them, and
+// from then on its collectives were two behind (rank 0 and 1's exchange took
+// rank 2's window blob and barrier message).
+TEST(CommGdakiSingle, RankWithoutNicStaysInStep) {
+  setenv("KINET_SOCKET_IFNAME", "lo", 1);
+  auto res = run_ranks(
+      3,
+      [](int r, int n, Bootstrap& bs) -> std::string {
+        CommConfig a = gdaki("tcp", 5000);
+        a.path = "auto";
+        if (r == 2) a.device = "nosuchnic0";
+        Comm comm(bs, a);
+        for (int p = 0; p < n; ++p) {
+          if (p == r) continue;
+          const dev::CommPath want = r < 2 && p < 2 ? dev::CommPath::Gdaki : dev::CommPath::Proxy;
+          REQ(comm.path(p) == want, comm.report());
+        }
+        CommWindow& w = comm.alloc_symmetric(4096);
+        REQ(w.id() == 1, "window " + std::to_string(w.id()));
+        const dev::CommHandle c = comm.device_handle();
+        const int next = (r + 1) % n, prev = (r + n - 1) % n;
+        Status s = dev::signal(c, next, w.handle(), 64, SigOp::Set, 70 + r);
+        REQ(s == Status::Ok, "signal: " + st(s));
+        REQ((s = dev::wait_signal(c, w.handle(), 64, Cmp::Eq, 70 + prev, prev)) == Status::Ok, "wait: " + st(s));
+        REQ((s = dev::barrier(c)) == Status::Ok, "device barrier: " + st(s) + " " + comm.device_error());
+        comm.barrier();
+        return "";
+      },
+      60s, 5000ms);
+  unsetenv("KINET_SOCKET_IFNAME");
+  expect_ok(res, 3);
+}
+
 }  // namespace

@@ -166,6 +166,95 @@ TEST(CommSingle, AsymmetricWindowAndBadConfig) {
   expect_ok(res, 2);
 }
 
+// One rank's bad argument fails the call on every rank, and the ranks stay
+// in step. The bad rank used to throw before the allgather the others joined:
+// from then on the bootstrap's collective sequence numbers differed by one,
+// rank 0's next barrier took rank 1's window blob and "succeeded", rank 1's
+// next window took rank 0's barrier message, and rank 1's barrier timed out.
+TEST(CommSingle, OneRanksBadWindowArgumentFailsEveryRankInStep) {
+  setenv("KINET_SOCKET_IFNAME", "lo", 1);
+  auto res = run_ranks(
+      2,
+      [](int r, int, Bootstrap& bs) -> std::string {
+        Comm comm(bs, config("tcp", 5000));
+        // Every rank's error names the bad rank and its reason; the bad
+        // rank's is its own. `bad`: the rank with the bad argument.
+        auto check = [&](const Error& e, int bad, const std::string& reason) -> std::string {
+          const std::string w = e.what();
+          if (e.code() != ErrorCode::InvalidArgument) return std::string(error_code_name(e.code())) + ": " + w;
+          const std::string own = "comm rank " + std::to_string(bad) + ": window 1: " + reason;
+          if (r == bad && w.rfind(own, 0) != 0) return "bad rank's error: " + w;
+          if (r != bad && w.find("rank " + std::to_string(bad) + " failed: " + own) == std::string::npos)
+            return "other rank's error: " + w;
+          return "";
+        };
+        try {
+          comm.alloc_symmetric(r == 1 ? 0 : 4096);
+          return "alloc_symmetric accepted with 0 bytes on rank 1";
+        } catch (const Error& e) {
+          if (std::string m = check(e, 1, "0 bytes"); !m.empty()) return "alloc_symmetric: " + m;
+        }
+        std::vector<uint64_t> mem(512, 0);
+        try {
+          comm.register_window(r == 0 ? nullptr : mem.data(), 4096);
+          return "register_window accepted with a null pointer on rank 0";
+        } catch (const Error& e) {
+          if (std::string m = check(e, 0, "null pointer"); !m.empty()) return "register_window: " + m;
+        }
+        try {
+          comm.alloc_symmetric(4096, r == 1 ? CommConfig::kMaxCounters + 1 : 4);
+          return "alloc_symmetric accepted too many counters on rank 1";
+        } catch (const Error& e) {
+          if (std::string m = check(e, 1, "counters " + std::to_string(CommConfig::kMaxCounters + 1)); !m.empty())
+            return "counters: " + m;
+        }
+        // Still in step: a barrier, then a window (the first one made: id 1
+        // on both) that carries a signal each way.
+        comm.barrier();
+        CommWindow& w = comm.alloc_symmetric(4096);
+        REQ(w.id() == 1 && w.bytes() == 4096, "window " + std::to_string(w.id()));
+        const dev::CommHandle c = comm.device_handle();
+        Status s = dev::signal(c, 1 - r, w.handle(), 64, SigOp::Set, 70 + r);
+        REQ(s == Status::Ok, "signal: " + st(s));
+        REQ((s = dev::wait_signal(c, w.handle(), 64, Cmp::Eq, 70 + (1 - r), 1 - r)) == Status::Ok, "wait: " + st(s));
+        REQ((s = dev::barrier(c)) == Status::Ok, "device barrier: " + st(s));
+        comm.barrier();
+        return "";
+      },
+      60s, 5000ms);
+  unsetenv("KINET_SOCKET_IFNAME");
+  expect_ok(res, 2);
+}
+
+// The constructor's own checks likewise: one rank's bad CommConfig fails the
+// Comm on every rank, and a Comm made next works.
+TEST(CommSingle, OneRanksBadConfigFailsEveryRankInStep) {
+  setenv("KINET_SOCKET_IFNAME", "lo", 1);
+  auto res = run_ranks(
+      2,
+      [](int r, int, Bootstrap& bs) -> std::string {
+        CommConfig cfg = config("tcp", 5000);
+        if (r == 1) cfg.slots = 48;
+        try {
+          Comm x(bs, cfg);
+          return "a Comm made with slots 48 on rank 1";
+        } catch (const Error& e) {
+          const std::string w = e.what();
+          REQ(e.code() == ErrorCode::InvalidArgument, std::string(error_code_name(e.code())) + ": " + w);
+          REQ(w.find(r == 1 ? "comm rank 1: slots 48" : "rank 1 failed: comm rank 1: slots 48") != std::string::npos,
+              w);
+        }
+        Comm comm(bs, config("tcp", 5000));
+        CommWindow& w = comm.alloc_symmetric(4096);
+        REQ(w.id() == 1, "window " + std::to_string(w.id()));
+        comm.barrier();
+        return "";
+      },
+      60s, 5000ms);
+  unsetenv("KINET_SOCKET_IFNAME");
+  expect_ok(res, 2);
+}
+
 // A window too large to exist (SIZE_MAX - 100: a negative length converted)
 // is ResourceExhausted naming the size, and the Comm stays usable. The host
 // allocation rounded the size up to pages, which wrapped to 0: a SIGSEGV.
