@@ -39,7 +39,7 @@ constexpr Variable kVariables[] = {
     {"KINET_BOOTSTRAP_PORT", "0", "TCP port of the bootstrap root (0: ephemeral)", "bootstrap", false},
     {"KINET_BOOTSTRAP_TIMEOUT_MS", "30000",
      "bound in ms of Bootstrap::init and of each bootstrap call; a rank that does not answer within it is named "
-     "in the error; above 30 days: 30 days, with a warning",
+     "in the error; also bounds the NCCL plugin's net connect and GIN posting; above 30 days: 30 days, with a warning",
      "bootstrap", false},
     {"KINET_BOOTSTRAP_MAX_FRAME", "1073741824",
      "largest bootstrap message in bytes; a peer announcing more is treated as lost, and so is one that sent "

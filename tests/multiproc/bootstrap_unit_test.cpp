@@ -342,6 +342,37 @@ TEST_F(Loopback, RootRefusesDuplicateRankAndNranksMismatch) {
 }  // namespace
 
 namespace {
+namespace bs = kinet::bs;
+// Registers rank `rank` of `nranks` with id's root by hand, announcing the
+// listener at `mine`: returns the root's table (every rank's address) and,
+// in *h, the hello it sent, for the handshakes with the other ranks.
+std::vector<bs::WireAddr> register_by_hand(const kinet::UniqueId& id, int rank, int nranks, const bs::SockAddr& mine,
+                                           bs::Clock::time_point d, bs::Hello* h) {
+  bs::WireAddr rw{};
+  rw.family = id.family;
+  rw.port = id.port;
+  std::memcpy(rw.addr, id.addr, sizeof rw.addr);
+  bs::Fd root = bs::connect_to(bs::from_wire(rw, "test"), d, "root");
+  *h = bs::Hello{};
+  h->magic = bs::Hello::kMagic;
+  h->version = bs::Hello::kVersion;
+  h->kind = static_cast<uint16_t>(bs::HelloKind::ToRoot);
+  h->rank = static_cast<uint32_t>(rank);
+  h->nranks = static_cast<uint32_t>(nranks);
+  h->timeout_ms = 5000;
+  std::memcpy(h->secret, id.secret, sizeof h->secret);
+  h->addr = bs::to_wire(mine);
+  bs::write_all(root.get(), h, sizeof *h, d, "root");
+  bs::Hello reply{};
+  std::vector<bs::WireAddr> table(nranks);
+  EXPECT_TRUE(bs::read_all(root.get(), &reply, sizeof reply, d, "root"));
+  EXPECT_EQ(reply.status, 0u);
+  EXPECT_TRUE(bs::read_all(root.get(), table.data(), table.size() * sizeof table[0], d, "root"));
+  return table;
+}
+}  // namespace
+
+namespace {
 // Rank 1 of a 2-rank job played by hand, to present bad handshakes and bad
 // frames to a real rank 0.
 TEST_F(Loopback, PeerRefusesBadHandshakesAndOversizedFrames) {
@@ -363,26 +394,9 @@ TEST_F(Loopback, PeerRefusesBadHandshakesAndOversizedFrames) {
   const auto d = bs::Clock::now() + 5s;
   bs::SockAddr mine;
   bs::Fd lfd = bs::listen_on(bs::pick_interface().addr, 0, &mine);
-  bs::WireAddr rw{};
-  rw.family = id.family;
-  rw.port = id.port;
-  std::memcpy(rw.addr, id.addr, sizeof rw.addr);
-  bs::Fd root = bs::connect_to(bs::from_wire(rw, "test"), d, "root");
   bs::Hello h{};
-  h.magic = bs::Hello::kMagic;
-  h.version = bs::Hello::kVersion;
-  h.kind = static_cast<uint16_t>(bs::HelloKind::ToRoot);
-  h.rank = 1;
-  h.nranks = 2;
-  h.timeout_ms = 5000;
-  std::memcpy(h.secret, id.secret, sizeof h.secret);
-  h.addr = bs::to_wire(mine);
-  bs::write_all(root.get(), &h, sizeof h, d, "root");
-  bs::Hello reply{};
-  bs::WireAddr table[2];
-  ASSERT_TRUE(bs::read_all(root.get(), &reply, sizeof reply, d, "root"));
-  ASSERT_EQ(reply.status, 0u);
-  ASSERT_TRUE(bs::read_all(root.get(), table, sizeof table, d, "root"));
+  const auto table = register_by_hand(id, 1, 2, mine, d, &h);
+  ASSERT_EQ(table.size(), 2u);
   const bs::SockAddr rank0 = bs::from_wire(table[0], "table");
 
   auto refused = [&](bs::Hello bad) {
@@ -464,26 +478,8 @@ std::vector<bs::Fd> join_by_hand(const kinet::UniqueId& id, int rank, int nranks
   const auto d = bs::Clock::now() + 5s;
   bs::SockAddr mine;
   bs::Fd lfd = bs::listen_on(bs::pick_interface().addr, 0, &mine);
-  bs::WireAddr rw{};
-  rw.family = id.family;
-  rw.port = id.port;
-  std::memcpy(rw.addr, id.addr, sizeof rw.addr);
-  bs::Fd root = bs::connect_to(bs::from_wire(rw, "test"), d, "root");
   bs::Hello h{};
-  h.magic = bs::Hello::kMagic;
-  h.version = bs::Hello::kVersion;
-  h.kind = static_cast<uint16_t>(bs::HelloKind::ToRoot);
-  h.rank = static_cast<uint32_t>(rank);
-  h.nranks = static_cast<uint32_t>(nranks);
-  h.timeout_ms = 5000;
-  std::memcpy(h.secret, id.secret, sizeof h.secret);
-  h.addr = bs::to_wire(mine);
-  bs::write_all(root.get(), &h, sizeof h, d, "root");
-  bs::Hello reply{};
-  std::vector<bs::WireAddr> table(nranks);
-  EXPECT_TRUE(bs::read_all(root.get(), &reply, sizeof reply, d, "root"));
-  EXPECT_EQ(reply.status, 0u);
-  EXPECT_TRUE(bs::read_all(root.get(), table.data(), table.size() * sizeof table[0], d, "root"));
+  const auto table = register_by_hand(id, rank, nranks, mine, d, &h);
   h.kind = static_cast<uint16_t>(bs::HelloKind::ToPeer);
   std::vector<bs::Fd> to(nranks);
   for (int j = 0; j < rank; ++j) {
